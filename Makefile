@@ -1,0 +1,38 @@
+# Two commands do all the set-up on a fresh machine: `make quickstart` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: install quickstart test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned: the CPU build from local disk (an unpinned torch pulls a CUDA build)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+quickstart: install
+	$(PY) -m engine.demo
+
+lint: install
+	$(PY) -m ruff check .
+
+typecheck: install
+	$(PY) -m mypy
+
+unit: install
+	$(PY) -m pytest
+
+test: lint typecheck unit
+
+bench: install
+	$(PY) -m engine.bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

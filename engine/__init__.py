@@ -1,0 +1,55 @@
+"""The AKV engine: drop and reposition with exact semantics on a history-aware radix tree.
+
+Public surface (other packages and outside checks rely on these names)::
+
+    from engine import Engine
+    eng = Engine.from_pretrained("gemma-3-270m")   # or "tiny-random", or a local path
+    r = eng.render(messages)                        # r.token_ids, r.spans
+    c = eng.chat(messages, schedule={"drop_message": {"7": [3]}, "reposition": [7]}, max_tokens=8)
+    c.text, c.token_ids, c.usage
+"""
+
+from engine import settings as _settings  # noqa: F401  (switches hub access off before anything loads)
+from engine.accounting import Accountant
+from engine.engine import ChatResult, Engine, ScoreResult
+from engine.errors import (
+    AKVError,
+    CapacityError,
+    ContextLengthError,
+    MessageError,
+    ScheduleError,
+    SnapshotError,
+)
+from engine.history import REPOSITION, Drop, History, Reposition, replay
+from engine.layout import Layout, Rendered, Renderer
+from engine.plan import TokenUsage
+from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
+
+Usage = TokenUsage
+
+__all__ = [
+    "REPOSITION",
+    "AKVError",
+    "Accountant",
+    "CapacityError",
+    "ChatResult",
+    "ContextLengthError",
+    "Drop",
+    "DropKind",
+    "DropTarget",
+    "Engine",
+    "History",
+    "Layout",
+    "MessageError",
+    "Rendered",
+    "Renderer",
+    "Reposition",
+    "Schedule",
+    "ScheduleError",
+    "ScoreResult",
+    "SnapshotError",
+    "TokenUsage",
+    "Usage",
+    "parse_schedule",
+    "replay",
+]

@@ -1,0 +1,87 @@
+"""Dry-run accounting: the engine's cache decisions and token usage, without a model or tensors.
+
+An :class:`Accountant` owns its own radix tree whose payloads are sizes only. Fed the same
+requests (and the same output tokens) as an :class:`engine.Engine` with the same budgets, it
+reports the same usage token for token, because both go through ``engine.plan``. The evaluator
+uses it to cost a policy's run exactly and in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engine.history import Item, replay
+from engine.kvstore import SizedKV
+from engine.layout import Renderer
+from engine.plan import TokenUsage, commit, plan_request, release
+from engine.radix import RadixTree
+from engine.schedule import Schedule
+
+
+class Accountant:
+    """Token accounting of a stream of requests against one radix tree.
+
+    Args:
+        renderer: the engine's renderer (same tokenizer and template); ``None`` for items only.
+        bytes_per_token: KV bytes of one token (``engine.geometry.bytes_per_token``).
+        pool_bytes: pool budget; host_bytes: host-tier budget (0: none).
+    """
+
+    def __init__(self, renderer: Renderer | None, bytes_per_token: int, pool_bytes: int, host_bytes: int = 0):
+        self.renderer = renderer
+        self.bytes_per_token = bytes_per_token
+        self.tree = RadixTree(pool_bytes, host_bytes)
+
+    def request(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        schedule: Mapping[str, Any] | Schedule | None = None,
+        output_ids: Sequence[int] = (),
+    ) -> TokenUsage:
+        """Account one request whose generation produced ``output_ids``.
+
+        As in the engine, the output tokens whose KV was computed (all but the last) are
+        inserted after the prompt, so the next turn can reuse them.
+        """
+        if self.renderer is None:
+            raise TypeError("this accountant has no renderer; use request_items()")
+        layout = self.renderer.layout(messages, schedule)
+        return self.request_items(layout.items, output_ids)
+
+    def request_items(self, items: Sequence[Item], output_ids: Sequence[int] = ()) -> TokenUsage:
+        """Account a request given as its event history."""
+        history = replay(items)
+        plan = plan_request(self.tree, items, history)
+        bpt = self.bytes_per_token
+        end = commit(self.tree, plan, items, lambda s, e: SizedKV(e - s, bpt), bpt, last_hidden=True)
+        try:
+            insert_output(self.tree, list(items), list(output_ids), lambda n: SizedKV(n, bpt), bpt)
+        finally:
+            release(self.tree, end)
+        return plan.usage.with_completion(len(output_ids))
+
+    def check_integrity(self) -> None:
+        self.tree.check_integrity()
+
+
+def insert_output(tree: RadixTree, items: list[Item], output_ids: list[int], make, bytes_per_token: int) -> None:
+    """Insert the generated tokens whose KV exists (all but the last) after the prompt ``items``.
+
+    ``make(n)`` returns the payload of the last ``n`` of those tokens.
+    """
+    fed = output_ids[:-1]
+    if not fed:
+        return
+    full = items + fed
+    match = tree.match(full)
+    missing = len(full) - match.n_items
+    if missing <= 0:
+        return
+    parent = match.last or tree.root
+    tree.lock(parent)
+    try:
+        payload = make(missing) if tree.ensure_room(missing * bytes_per_token) else None
+        tree.extend(parent, full[match.n_items:], payload)
+    finally:
+        tree.unlock(parent)

@@ -1,0 +1,138 @@
+"""Decoding: a contiguous working cache of the final view, token sampling and stop handling.
+
+After prefill, the alive tokens' KV (keys rotated to their final positions) is copied once into
+preallocated [L, Hkv, capacity, D] buffers; every decode step appends one token in place and
+attends over a slice (sliding layers: only the keys inside the window, found by one binary
+search per step). The LM head runs for one row per step; nothing else is computed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from engine.models.lean import LeanModel
+from engine.rope import rotate_keys
+
+
+class DecodeCache:
+    """The final view's KV, contiguous, with room for generated tokens.
+
+    Args:
+        model: the decoder.
+        keys, values: [L, Hkv, n, D] the view's KV as stored (keys at compute positions).
+        stored_pos: [n] compute positions of those keys; view_pos: [n] their positions now.
+        capacity: n + the most tokens that will be appended.
+    """
+
+    def __init__(self, model: LeanModel, keys: torch.Tensor, values: torch.Tensor,
+                 stored_pos: np.ndarray, view_pos: np.ndarray, capacity: int):
+        self.model = model
+        n = keys.shape[2]
+        shape = (keys.shape[0], keys.shape[1], capacity, keys.shape[3])
+        self.k = torch.empty(shape, dtype=keys.dtype, device=keys.device)
+        self.v = torch.empty(shape, dtype=keys.dtype, device=keys.device)
+        self.v[:, :, :n] = values
+        deltas = np.asarray(view_pos, dtype=np.int64) - np.asarray(stored_pos, dtype=np.int64)
+        moved = np.flatnonzero(deltas)
+        self.k[:, :, :n] = keys
+        if moved.size:
+            idx = torch.as_tensor(moved, device=keys.device)
+            for kind, rope in model.ropes.items():
+                layers = [i for i, t in enumerate(model.layer_types) if t == kind]
+                li = torch.as_tensor(layers, device=keys.device)
+                sub = keys.index_select(0, li).index_select(2, idx)
+                rotated = rotate_keys(sub, rope, deltas[moved])
+                for j, layer in enumerate(layers):
+                    self.k[layer][:, idx] = rotated[j]
+        self.pos = np.empty(capacity, dtype=np.int64)
+        self.pos[:n] = view_pos
+        self.n = n
+        self.start = n  # first appended token's slot
+
+    def step(self, token: int, position: int) -> torch.Tensor:
+        """Append ``token`` at ``position`` and return the next-token logits [V]."""
+        m = self.model
+        slot = self.n
+        assert slot < self.k.shape[2], "decode cache is full"
+        self.pos[slot] = position
+        lo = {w: int(np.searchsorted(self.pos[:slot + 1], position - w, side="right"))
+              for w in set(m.windows) if w is not None}
+        groups = m.n_heads // m.n_kv_heads
+
+        def attend_one(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            self.k[layer][:, slot] = k[:, 0]
+            self.v[layer][:, slot] = v[:, 0]
+            w = m.windows[layer]
+            a = lo[w] if w is not None else 0
+            qg = q.reshape(m.n_kv_heads, groups, q.shape[-1])
+            o = F.scaled_dot_product_attention(qg, self.k[layer][:, a:slot + 1], self.v[layer][:, a:slot + 1],
+                                               scale=m.scaling)
+            return o.reshape(m.n_heads, 1, q.shape[-1])
+
+        out = m.forward([token], [position], attend_one, logit_rows=[0])
+        self.n += 1
+        assert out.logits is not None
+        return out.logits[0]
+
+    def appended(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """KV [L, Hkv, count, D] of the first ``count`` appended tokens (keys at their positions)."""
+        return (self.k[:, :, self.start:self.start + count].clone(),
+                self.v[:, :, self.start:self.start + count].clone())
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
+
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        from engine.errors import AKVError
+
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
+            raise AKVError(f"max_tokens must be a positive integer, got {self.max_tokens!r}",
+                           field="max_tokens", value=self.max_tokens)
+        if not (0.0 <= float(self.temperature) <= 100.0):
+            raise AKVError(f"temperature must be in [0, 100], got {self.temperature!r}",
+                           field="temperature", value=self.temperature)
+        if not (0.0 < float(self.top_p) <= 1.0):
+            raise AKVError(f"top_p must be in (0, 1], got {self.top_p!r}", field="top_p", value=self.top_p)
+
+
+class Sampler:
+    """Turns logits into tokens under :class:`SamplingParams`."""
+
+    def __init__(self, params: SamplingParams):
+        self.params = params
+        self.generator = torch.Generator()
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        self.generator.manual_seed(seed)
+
+    def __call__(self, logits: torch.Tensor) -> int:
+        p = self.params
+        if p.temperature == 0.0:
+            return int(torch.argmax(logits).item())
+        probs = torch.softmax(logits.float().cpu() / p.temperature, dim=-1)
+        if p.top_p < 1.0:
+            sorted_p, sorted_i = torch.sort(probs, descending=True)
+            keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < p.top_p
+            sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
+            choice = torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=self.generator)
+            return int(sorted_i[choice].item())
+        return int(torch.multinomial(probs, 1, generator=self.generator).item())
+
+
+def find_stop(text: str, stops: Sequence[str]) -> int | None:
+    """Index where the earliest stop string starts in ``text``, or ``None``."""
+    hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+    return min(hits) if hits else None

@@ -1,0 +1,422 @@
+"""The Engine: chat and scoring under a cache schedule, on a history-aware radix tree.
+
+One request, end to end::
+
+    messages + schedule --layout--> event history --replay--> per-token positions and views
+        --plan--> reuse / compute / skip (+ exact usage) --batched_prefill--> new KV + logits
+        --commit--> tree (restored nodes, new suffix) --decode--> text, generated KV --> tree
+
+The engine is single-threaded: the HTTP server runs it on one worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.accounting import Accountant, insert_output
+from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop
+from engine.errors import AKVError, ContextLengthError
+from engine.history import History, Item, replay
+from engine.kvstore import TensorKV
+from engine.layout import Layout, Rendered, Renderer
+from engine.models.lean import LeanModel
+from engine.models.loading import load_model
+from engine.plan import Plan, TokenUsage, commit, plan_request, release
+from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
+from engine.radix import Node, RadixTree
+from engine.schedule import Schedule
+from engine.settings import settings
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Wall-clock seconds of one request's phases."""
+
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.decode_s
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """Outcome of :meth:`Engine.chat`.
+
+    Attributes:
+        text: the generated text (stop string excluded).
+        token_ids: the generated token ids.
+        usage: token accounting (``engine.plan.TokenUsage``).
+        finish_reason: ``"stop"`` (end token or stop string), ``"length"`` or ``"cancelled"``.
+    """
+
+    text: str
+    token_ids: list[int]
+    usage: TokenUsage
+    finish_reason: str
+    timings: Timings
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    """Log-likelihood of candidate continuations (lm-evaluation-harness conventions).
+
+    Attributes:
+        candidates: the candidate strings, in order.
+        logprobs: sum of each continuation's token log-probabilities.
+        n_tokens: tokens of each continuation.
+    """
+
+    candidates: list[str]
+    logprobs: list[float]
+    n_tokens: list[int]
+    usage: TokenUsage
+
+    @property
+    def best(self) -> int:
+        """Index of the highest-scoring candidate (``acc``)."""
+        return int(np.argmax(self.logprobs))
+
+    @property
+    def best_norm(self) -> int:
+        """Index of the best score per character (``acc_norm``)."""
+        return int(np.argmax([lp / max(1, len(c)) for lp, c in zip(self.logprobs, self.candidates)]))
+
+
+@dataclass
+class EngineStats:
+    """Counters since start (for /metrics)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0
+    cached_tokens: int = 0
+    drop_skipped_tokens: int = 0
+    repos_tokens: int = 0
+    completion_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    def add(self, usage: TokenUsage, timings: Timings) -> None:
+        self.requests += 1
+        self.prompt_tokens += usage.prompt_tokens
+        self.prefill_tokens += usage.prefill_tokens
+        self.cached_tokens += usage.cached_tokens
+        self.drop_skipped_tokens += usage.drop_skipped_tokens
+        self.repos_tokens += usage.repos_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.prefill_seconds += timings.prefill_s
+        self.decode_seconds += timings.decode_s
+
+
+class Engine:
+    """Serve chat requests with cache schedules.
+
+    Args:
+        model: the decoder (``LeanModel``).
+        tokenizer: its tokenizer.
+        template: chat template name (``engine.template``).
+        pool_bytes: KV pool budget; exceeding it evicts (never crashes).
+        host_bytes: host-tier budget for swapped-out KV (0 disables swapping).
+        max_context: largest position a request may reach (default: the model's).
+    """
+
+    def __init__(self, model: LeanModel, tokenizer: Any, template: str = "gemma", pool_bytes: int = 2 * GiB,
+                 host_bytes: int = 0, max_context: int | None = None, name: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name or model.name
+        self.renderer = Renderer(tokenizer, template)
+        self.geometry = model.geometry
+        self.tree = RadixTree(pool_bytes, host_bytes)
+        self.max_context = min(max_context or model.max_positions, model.max_positions)
+        self.stats = EngineStats()
+        stop_ids = {tokenizer.eos_token_id}
+        for s in self.renderer.template.stop:
+            ids = tokenizer.encode(s, add_special_tokens=False)
+            if len(ids) == 1:
+                stop_ids.add(ids[0])
+        self.stop_ids = {i for i in stop_ids if i is not None}
+
+    @classmethod
+    def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
+                        pool_bytes: int | None = None, host_bytes: int = 0, threads: int | None = None,
+                        device: str = "cpu", dtype: torch.dtype = torch.float32,
+                        max_context: int | None = None) -> Engine:
+        """Load ``name`` ("gemma-3-270m", "tiny-random", "tiny-random-gemma3" or a local path), offline."""
+        threads = threads if threads is not None else settings().threads
+        if threads:
+            torch.set_num_threads(threads)
+        loaded = load_model(name, dtype=dtype, device=device)
+        model = LeanModel(loaded.hf_model, loaded.name)
+        pool = pool_bytes if pool_bytes is not None else (2 * GiB if "tiny" not in name else 256 << 20)
+        return cls(model, loaded.tokenizer, template or "gemma", pool, host_bytes, max_context, loaded.name)
+
+    # ------------------------------------------------------------------ public API
+
+    def render(self, messages: Sequence[Any]) -> Rendered:
+        """Tokens of ``messages`` under the template, with per-message spans."""
+        return self.renderer.render(messages)
+
+    def layout(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None) -> Layout:
+        """Render and compile ``messages`` + ``schedule`` into the event history."""
+        return self.renderer.layout(messages, schedule)
+
+    def accountant(self, pool_bytes: int | None = None, host_bytes: int | None = None) -> Accountant:
+        """A dry-run accountant with this engine's renderer and KV geometry (same budgets by default)."""
+        return Accountant(self.renderer, self.geometry.bytes_per_token,
+                          self.tree.pool_bytes if pool_bytes is None else pool_bytes,
+                          self.tree.host_bytes if host_bytes is None else host_bytes)
+
+    def check_integrity(self) -> None:
+        """Assert the radix tree's invariants (and that no request holds locks)."""
+        self.tree.check_integrity()
+
+    def chat(
+        self,
+        messages: Sequence[Any],
+        schedule: Mapping[str, Any] | Schedule | None = None,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> ChatResult:
+        """Generate the assistant's next message under ``schedule``.
+
+        Args:
+            messages: OpenAI-style messages (system/user/assistant/tool).
+            schedule: the cumulative cache schedule in the wire format (or a parsed Schedule).
+            max_tokens, temperature, top_p, seed, stop: sampling (temperature 0 is greedy).
+            on_text: called with each new piece of text as it is generated (streaming).
+            cancelled: polled between tokens; when it returns True generation stops.
+
+        Raises:
+            AKVError subclasses for bad messages, schedules, sampling values or lengths.
+        """
+        stops = tuple(stop or ()) + self.renderer.template.stop
+        params = SamplingParams(max_tokens, temperature, top_p, seed, stops)
+        layout = self.layout(messages, schedule)
+        return self._generate(layout.items, params, on_text, cancelled)
+
+    def score(
+        self,
+        messages: Sequence[Any],
+        candidates: Sequence[str],
+        schedule: Mapping[str, Any] | Schedule | None = None,
+        *,
+        prefix: str = "",
+    ) -> ScoreResult:
+        """Log-likelihood of each candidate as the continuation of the assistant's reply.
+
+        The context is the rendered prompt plus ``prefix`` (text the assistant's reply starts
+        with). As in lm-evaluation-harness, ``prefix + candidate`` is encoded together and the
+        candidate's tokens are the tail; put the separating space in the candidate (" Paris").
+        All candidates are scored in one forward pass, each seeing the same cache state.
+        """
+        if not candidates or not all(isinstance(c, str) and c for c in candidates):
+            raise AKVError("candidates must be a non-empty list of non-empty strings",
+                           field="candidates", value=candidates)
+        layout = self.layout(messages, schedule)
+        prefix_ids = self.renderer._encode(prefix)
+        items: list[Item] = [*layout.items, *prefix_ids]
+        conts = [self._continuation(prefix, prefix_ids, c) for c in candidates]
+        history = replay(items)
+        self._check_length(history, max(len(c) for c in conts))
+        plan = plan_request(self.tree, items, history)
+        end: Node | None = None
+        try:
+            n = history.n_tokens
+            ext_tokens, ext_pos, jobs = [], [], history_jobs(history, plan.compute)
+            offset = n
+            for cont in conts:
+                idx = np.arange(offset, offset + len(cont), dtype=np.int64)
+                pos = history.next_pos + np.arange(len(cont), dtype=np.int64)
+                jobs.append(Job(idx, np.concatenate([history.alive, idx]), np.concatenate([history.alive_pos, pos])))
+                ext_tokens.extend(cont)
+                ext_pos.extend(pos.tolist())
+                offset += len(cont)
+            token_ids = np.concatenate([history.token_ids, np.asarray(ext_tokens, dtype=np.int64)])
+            compute_pos = np.concatenate([history.compute_pos, np.asarray(ext_pos, dtype=np.int64)])
+            rows: list[int] = []
+            if plan.compute[n - 1]:
+                rows.append(n - 1)
+            offset = n
+            for cont in conts:
+                rows.extend(range(offset, offset + len(cont) - 1))
+                offset += len(cont)
+            pre = batched_prefill(self.model, token_ids, compute_pos, jobs, self._gather(plan.match.path), rows)
+            logprobs = torch.log_softmax(pre.logits, dim=-1) if pre.logits is not None else None
+            if plan.compute[n - 1]:
+                assert logprobs is not None and pre.hidden is not None
+                first, row = logprobs[0], 1
+            else:
+                first = torch.log_softmax(self.model.logits(plan.end_hidden[None].to(self.model.device)), -1)[0]
+                row = 0
+            scores, offset = [], n
+            for cont in conts:
+                total = float(first[cont[0]])
+                for j in range(1, len(cont)):
+                    assert logprobs is not None
+                    total += float(logprobs[row + j - 1][cont[j]])
+                row += len(cont) - 1
+                scores.append(total)
+                offset += len(cont)
+            end = self._commit(plan, items, pre, pre.hidden[0] if pre.hidden is not None and plan.compute[n - 1]
+                               else None)
+        finally:
+            release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
+        return ScoreResult(list(candidates), scores, [len(c) for c in conts], plan.usage)
+
+    # ------------------------------------------------------------------ internals
+
+    def _continuation(self, prefix: str, prefix_ids: list[int], candidate: str) -> list[int]:
+        whole = self.renderer._encode(prefix + candidate)
+        if whole[:len(prefix_ids)] == prefix_ids and len(whole) > len(prefix_ids):
+            return whole[len(prefix_ids):]
+        return self.renderer._encode(candidate)
+
+    def _check_length(self, history: History, extra: int) -> None:
+        top = int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)) + extra
+        if top > self.max_context:
+            raise ContextLengthError(
+                f"the prompt reaches position {top - extra} and asks for {extra} more tokens, beyond the "
+                f"context window of {self.max_context}", field="messages", value=top)
+
+    def _generate(self, items: list[Item], params: SamplingParams, on_text: Callable[[str], None] | None,
+                  cancelled: Callable[[], bool] | None) -> ChatResult:
+        history = replay(items)
+        self._check_length(history, params.max_tokens)
+        t0 = time.perf_counter()
+        plan = plan_request(self.tree, items, history)
+        end: Node | None = None
+        try:
+            n = history.n_tokens
+            jobs = history_jobs(history, plan.compute)
+            gather = self._gather(plan.match.path)
+            pre = batched_prefill(self.model, history.token_ids, history.compute_pos, jobs, gather,
+                                  [n - 1] if plan.compute[n - 1] else [])
+            if plan.compute[n - 1]:
+                assert pre.logits is not None and pre.hidden is not None
+                logits, last_hidden = pre.logits[0], pre.hidden[0]
+            else:
+                logits, last_hidden = self.model.logits(plan.end_hidden[None].to(self.model.device))[0], None
+            end = self._commit(plan, items, pre, last_hidden)
+            keys, values = self._view_kv(history.alive, pre, gather)
+            cache = DecodeCache(self.model, keys, values, history.compute_pos[history.alive], history.alive_pos,
+                                capacity=len(history.alive) + params.max_tokens)
+            t1 = time.perf_counter()
+            tokens, text, reason = self._decode(cache, logits, history.next_pos, params, on_text, cancelled)
+            t2 = time.perf_counter()
+            if len(tokens) > 1:
+                insert_output(self.tree, items, tokens, lambda k: self._generated_payload(cache, len(tokens) - 1, k),
+                              self.geometry.bytes_per_token)
+        finally:
+            release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
+        usage = plan.usage.with_completion(len(tokens))
+        timings = Timings(t1 - t0, t2 - t1)
+        self.stats.add(usage, timings)
+        return ChatResult(text, tokens, usage, reason, timings)
+
+    def _decode(self, cache: DecodeCache, logits: torch.Tensor, next_pos: int, params: SamplingParams,
+                on_text: Callable[[str], None] | None, cancelled: Callable[[], bool] | None
+                ) -> tuple[list[int], str, str]:
+        sampler = Sampler(params)
+        tokens: list[int] = []
+        emitted = ""
+        reason = "length"
+        for step in range(params.max_tokens):
+            if cancelled is not None and cancelled():
+                reason = "cancelled"
+                break
+            tok = sampler(logits)
+            tokens.append(tok)
+            if tok in self.stop_ids:
+                reason = "stop"
+                break
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            cut = find_stop(text, params.stop)
+            if cut is not None:
+                text, reason = text[:cut], "stop"
+            if on_text is not None and len(text) > len(emitted) and not text.endswith("\ufffd"):
+                on_text(text[len(emitted):])
+                emitted = text
+            if reason == "stop" or step == params.max_tokens - 1:
+                break
+            logits = cache.step(tok, next_pos + step)
+        final = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        cut = find_stop(final, params.stop)
+        final = final if cut is None else final[:cut]
+        if on_text is not None and len(final) > len(emitted):
+            on_text(final[len(emitted):])
+        return tokens, final, reason
+
+    def _generated_payload(self, cache: DecodeCache, fed: int, last_n: int) -> TensorKV:
+        keys, values = cache.appended(fed)
+        return TensorKV(keys[:, :, fed - last_n:].contiguous(), values[:, :, fed - last_n:].contiguous(),
+                        str(self.model.device))
+
+    def _commit(self, plan: Plan, items: list[Item], pre: PrefillResult, last_hidden: torch.Tensor | None) -> Node:
+        compute_idx = pre.compute_idx
+        home = str(self.model.device)
+
+        def payload(s: int, e: int) -> TensorKV:
+            c = int(np.searchsorted(compute_idx, s))
+            assert compute_idx[c] == s and compute_idx[c + e - s - 1] == e - 1
+            return TensorKV(pre.keys[:, :, c:c + e - s].clone(), pre.values[:, :, c:c + e - s].clone(), home)
+
+        return commit(self.tree, plan, items, payload, self.geometry.bytes_per_token,
+                      last_hidden.clone() if last_hidden is not None else None)
+
+    def _gather(self, path: Sequence[Node]) -> Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]:
+        nodes = [n for n in path if n.n_tokens]
+        starts = np.asarray([n.token_start for n in nodes], dtype=np.int64)
+        device = self.model.device
+
+        def gather(tokens: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+            which = np.searchsorted(starts, tokens, side="right") - 1
+            ks, vs = [], []
+            for w in np.unique(which):
+                node = nodes[int(w)]
+                assert node.payload is not None, f"{node} was needed but has no KV"
+                local = tokens[which == w] - node.token_start
+                assert isinstance(node.payload, TensorKV)
+                idx = torch.as_tensor(local, device=node.payload.keys.device)
+                ks.append(node.payload.keys.index_select(2, idx).to(device))
+                vs.append(node.payload.values.index_select(2, idx).to(device))
+            return torch.cat(ks, dim=2), torch.cat(vs, dim=2)
+
+        return gather
+
+    def _view_kv(
+        self, tokens: np.ndarray, pre: PrefillResult, gather: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """KV of ``tokens`` (as stored), from this pass where computed, else from the tree."""
+        known = np.union1d(pre.compute_idx, pre.ext_idx)
+        inside = np.isin(tokens, known)
+        if inside.all():
+            return pre.columns(tokens)
+        k = torch.empty(self.geometry.n_layers, self.geometry.n_kv_heads, len(tokens), self.geometry.head_dim,
+                        dtype=self.model.dtype, device=self.model.device)
+        v = torch.empty_like(k)
+        if inside.any():
+            k[:, :, torch.as_tensor(np.flatnonzero(inside))], v[:, :, torch.as_tensor(np.flatnonzero(inside))] = \
+                pre.columns(tokens[inside])
+        rest = np.flatnonzero(~inside)
+        gk, gv = gather(tokens[rest])
+        k[:, :, torch.as_tensor(rest)] = gk
+        v[:, :, torch.as_tensor(rest)] = gv
+        return k, v

@@ -1,0 +1,68 @@
+"""The project's error types.
+
+Every caller mistake raises a subclass of :class:`AKVError`, which is a ``ValueError``: its
+message names the offending field and value, and the HTTP server turns it into an OpenAI-style
+error object with the same message. ``assert`` is reserved for internal invariants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AKVError(ValueError):
+    """Base class of every error this project raises on purpose.
+
+    Attributes:
+        field: the request field (dotted path) the error is about, or ``None``.
+        value: the offending value (kept short for messages), or ``None``.
+        status: the HTTP status the server answers with.
+    """
+
+    status: int = 400
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """A short ``repr`` of ``value`` for error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ScheduleError(AKVError):
+    """A cache schedule (drop / reposition / drop_rule) that violates the wire-format rules."""
+
+
+class MessageError(AKVError):
+    """A malformed message list (unknown role, bad content, edited history)."""
+
+
+class ContextLengthError(AKVError):
+    """A prompt longer than the model's context window."""
+
+    status = 413
+
+
+class ModelLoadError(AKVError):
+    """A model name or path that cannot be resolved offline."""
+
+
+class SnapshotError(AKVError):
+    """A saved session file that is corrupt or belongs to another model or tokenizer."""
+
+
+class CapacityError(AKVError):
+    """The engine cannot take more work now (queue full); retry later."""
+
+    status = 503
+
+
+def check_int(value: Any, field: str) -> int:
+    """Return ``value`` if it is a plain int (not a bool), else raise :class:`ScheduleError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScheduleError(f"{field} must be an integer, got {show(value)}", field=field, value=value)
+    return value

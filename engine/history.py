@@ -1,0 +1,206 @@
+"""Event histories and what they imply for every token: the pure semantics of drop and reposition.
+
+An *event history* is a sequence of items: token ids (``int``) and cache events (:class:`Drop`,
+:class:`Reposition`). It is the key of the radix tree, because a token's KV is a pure function of
+the items before it (DESIGN.md, invariant 1). :func:`replay` walks a history once and records,
+for every token, the position it was computed at and, for every run of tokens between events
+(a *segment*), the view it attended to: the alive tokens and their positions at that time.
+
+Position rules (kept exactly):
+- positions start at 0; a token appended gets ``next_pos`` and ``next_pos`` grows by one;
+- a drop removes tokens from the alive set and leaves ``next_pos`` alone, so without a
+  reposition the numbering continues (dropped tokens keep their slots);
+- a reposition renumbers the alive tokens 0..n-1 in order and sets ``next_pos = n``.
+
+Nothing here touches tensors; the reference executor, the batched prefill, the radix tree and the
+dry-run accountant all read these arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Remove the tokens in ``ranges`` (absolute token indices, half-open, sorted, disjoint)."""
+
+    ranges: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        prev = -1
+        for s, e in self.ranges:
+            assert prev <= s < e, f"Drop ranges must be sorted, disjoint and non-empty: {self.ranges}"
+            prev = e
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(e - s for s, e in self.ranges)
+
+    def __repr__(self) -> str:
+        return f"Drop{list(self.ranges)}"
+
+
+@dataclass(frozen=True)
+class Reposition:
+    """Renumber the alive tokens 0..n-1 (their keys are rotated by the position delta)."""
+
+    def __repr__(self) -> str:
+        return "Reposition"
+
+
+REPOSITION = Reposition()
+Item = int | Drop | Reposition
+
+
+def merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sort and merge half-open ranges, dropping empty ones."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(r for r in ranges if r[1] > r[0]):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of consecutive tokens with no event between them.
+
+    Attributes:
+        start, end: token index range [start, end) of the run.
+        first_pos: position of token ``start`` (the run's positions are consecutive).
+        view: indices of the tokens alive just before the run (ascending).
+        view_pos: their positions at that moment (ascending).
+    """
+
+    start: int
+    end: int
+    first_pos: int
+    view: np.ndarray
+    view_pos: np.ndarray
+
+
+@dataclass(frozen=True)
+class History:
+    """What an event history implies for every token (arrays are int64).
+
+    Attributes:
+        token_ids: [N] the tokens in order.
+        compute_pos: [N] the position each token was computed at.
+        segments: the runs of tokens between events, in order.
+        alive: indices of the tokens alive at the end (ascending).
+        alive_pos: their positions at the end.
+        next_pos: the position the next token would get.
+        item_token: [n_items + 1] number of tokens among the first i items.
+        repos_rotated: per item index of a Reposition, how many alive keys it rotated (delta != 0).
+    """
+
+    token_ids: np.ndarray
+    compute_pos: np.ndarray
+    segments: tuple[Segment, ...]
+    alive: np.ndarray
+    alive_pos: np.ndarray
+    next_pos: int
+    item_token: np.ndarray
+    repos_rotated: dict[int, int]
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    def segment_of(self, token: int) -> Segment:
+        lo, hi = 0, len(self.segments)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.segments[mid].end <= token:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.segments[lo]
+
+
+def replay(items: Sequence[Item]) -> History:
+    """Walk ``items`` once and return the :class:`History` they imply.
+
+    Raises:
+        AssertionError: if a Drop names a token that does not exist yet (compiled schedules
+            never do; ``engine.layout`` validates user input before it gets here).
+    """
+    n = sum(1 for it in items if isinstance(it, int))
+    token_ids = np.empty(n, dtype=np.int64)
+    compute_pos = np.empty(n, dtype=np.int64)
+    cur_pos = np.empty(n, dtype=np.int64)  # current position of every token (meaningful if alive)
+    alive_mask = np.zeros(n, dtype=bool)
+    item_token = np.zeros(len(items) + 1, dtype=np.int64)
+    segments: list[Segment] = []
+    repos_rotated: dict[int, int] = {}
+    count = 0
+    next_pos = 0
+    seg_start: int | None = None
+    seg_view: tuple[np.ndarray, np.ndarray, int] | None = None
+
+    def close_segment() -> None:
+        nonlocal seg_start
+        if seg_start is not None and seg_view is not None:
+            segments.append(Segment(seg_start, count, seg_view[2], seg_view[0], seg_view[1]))
+        seg_start = None
+
+    for i, it in enumerate(items):
+        if isinstance(it, Drop):
+            close_segment()
+            for s, e in it.ranges:
+                assert e <= count, f"Drop {it} names tokens beyond the {count} seen so far"
+                alive_mask[s:e] = False
+        elif isinstance(it, Reposition):
+            close_segment()
+            idx = np.flatnonzero(alive_mask[:count])
+            new = np.arange(idx.shape[0], dtype=np.int64)
+            repos_rotated[i] = int(np.count_nonzero(cur_pos[idx] != new))
+            cur_pos[idx] = new
+            next_pos = int(idx.shape[0])
+        else:
+            if seg_start is None:
+                idx = np.flatnonzero(alive_mask[:count])
+                seg_start = count
+                seg_view = (idx, cur_pos[idx].copy(), next_pos)
+            token_ids[count] = it
+            compute_pos[count] = next_pos
+            cur_pos[count] = next_pos
+            alive_mask[count] = True
+            next_pos += 1
+            count += 1
+        item_token[i + 1] = count
+    close_segment()
+    alive = np.flatnonzero(alive_mask)
+    return History(
+        token_ids=token_ids,
+        compute_pos=compute_pos,
+        segments=tuple(segments),
+        alive=alive,
+        alive_pos=cur_pos[alive].copy(),
+        next_pos=next_pos,
+        item_token=item_token,
+        repos_rotated=repos_rotated,
+    )
+
+
+def intersect_ranges(
+    a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]
+) -> tuple[tuple[int, int], ...]:
+    """Intersection of two sorted, disjoint range lists."""
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s < e:
+            out.append((s, e))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)

@@ -1,0 +1,209 @@
+"""Layout: messages -> per-message token spans -> the event history a request implies.
+
+Regions of a rendered request (token indices, half-open)::
+
+    | msg 0 (BOS+header|content|footer) | msg 1 ... | msg n-1 | generation prompt |
+    ^0                                  ^spans[1][0]          ^prompt_start       ^len(token_ids)
+
+Each message part is tokenized on its own and cached, so message i's tokens are the same in
+every request that contains it, whatever follows. :meth:`Renderer.compile` interleaves the
+schedule's events after their trigger messages: ``TOKENS(msg i) DROP(...) REPOSITION`` (drop runs
+before reposition at one trigger), then the generation prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine.errors import MessageError, ScheduleError
+from engine.history import REPOSITION, Drop, Item, merge_ranges
+from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
+from engine.template import ChatTemplate, get_template, normalize_message
+
+
+class Tokenizer(Protocol):
+    """What the layout needs from a tokenizer (a transformers tokenizer satisfies it)."""
+
+    bos_token_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+@dataclass(frozen=True)
+class PartSpan:
+    """One part of a rendered message: its kind and token range [start, end)."""
+
+    kind: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered message list.
+
+    Attributes:
+        token_ids: every token, including the generation prompt at the end.
+        spans: per message, its token range (start, end), half-open.
+        parts: per message, its parts with token ranges.
+        prompt_start: where the generation prompt starts.
+        messages: the normalized messages.
+    """
+
+    token_ids: list[int]
+    spans: list[tuple[int, int]]
+    parts: list[tuple[PartSpan, ...]]
+    prompt_start: int
+    messages: list[dict[str, Any]]
+
+    @property
+    def message_tokens(self) -> list[int]:
+        """Token count of each message."""
+        return [e - s for s, e in self.spans]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A request compiled to its event history."""
+
+    rendered: Rendered
+    schedule: Schedule
+    items: list[Item]
+
+
+class Renderer:
+    """Tokenizes messages through a template, with a cache of per-message token parts.
+
+    Args:
+        tokenizer: anything with ``encode``/``decode`` and ``bos_token_id``.
+        template: a :class:`ChatTemplate` or its name.
+        cache_size: how many distinct messages to keep tokenized.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, template: str | ChatTemplate = "gemma", cache_size: int = 50_000):
+        self.tokenizer = tokenizer
+        self.template = get_template(template)
+        self._cache: OrderedDict[str, list[tuple[str, list[int]]]] = OrderedDict()
+        self._cache_size = cache_size
+        self.prompt_ids = self._encode(self.template.generation_prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def message_parts(self, message: Mapping[str, Any], index: int) -> list[tuple[str, list[int]]]:
+        """The (kind, token ids) parts of one normalized message; message 0 starts with BOS."""
+        key = json.dumps([index == 0, message], sort_keys=True, ensure_ascii=False)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        parts = [(p.kind, self._encode(p.text)) for p in self.template.parts(message, index)]
+        if index == 0 and self.template.bos and self.tokenizer.bos_token_id is not None:
+            kind, ids = parts[0]
+            parts[0] = (kind, [self.tokenizer.bos_token_id, *ids])
+        self._cache[key] = parts
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return parts
+
+    def render(self, messages: Sequence[Any]) -> Rendered:
+        """Render ``messages`` (OpenAI-style dicts) and append the generation prompt.
+
+        Raises:
+            MessageError: for an empty list or a malformed message (the message names the field).
+        """
+        if not isinstance(messages, Sequence) or isinstance(messages, str | bytes) or not messages:
+            raise MessageError("messages must be a non-empty list", field="messages", value=messages)
+        normalized = [normalize_message(m, i) for i, m in enumerate(messages)]
+        token_ids: list[int] = []
+        spans: list[tuple[int, int]] = []
+        parts: list[tuple[PartSpan, ...]] = []
+        for i, msg in enumerate(normalized):
+            start = len(token_ids)
+            mparts = []
+            for kind, ids in self.message_parts(msg, i):
+                mparts.append(PartSpan(kind, len(token_ids), len(token_ids) + len(ids)))
+                token_ids.extend(ids)
+            spans.append((start, len(token_ids)))
+            parts.append(tuple(mparts))
+        prompt_start = len(token_ids)
+        token_ids.extend(self.prompt_ids)
+        return Rendered(token_ids, spans, parts, prompt_start, normalized)
+
+    def layout(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None) -> Layout:
+        """Render and compile in one step (the schedule is validated against the messages)."""
+        rendered = self.render(messages)
+        sched = parse_schedule(schedule, n_messages=len(rendered.spans))
+        return Layout(rendered, sched, self.compile(rendered, sched))
+
+    def compile(self, rendered: Rendered, schedule: Schedule) -> list[Item]:
+        """Interleave ``schedule``'s events with the rendered tokens (operate-after order).
+
+        Raises:
+            ScheduleError: an id beyond the message list, or a text range beyond a message's content.
+        """
+        schedule.validate_against(len(rendered.spans))
+        repositions = set(schedule.repositions)
+        drops = dict(schedule.drops)
+        items: list[Item] = []
+        for i, (s, e) in enumerate(rendered.spans):
+            items.extend(rendered.token_ids[s:e])
+            targets = drops.get(i)
+            if targets:
+                ranges = merge_ranges([r for d in targets for r in self._target_ranges(rendered, d, i)])
+                if ranges:
+                    items.append(Drop(ranges))
+            if i in repositions:
+                items.append(REPOSITION)
+        items.extend(rendered.token_ids[rendered.prompt_start:])
+        return items
+
+    def _target_ranges(self, rendered: Rendered, target: DropTarget, trigger: int) -> list[tuple[int, int]]:
+        m = target.message
+        if target.kind is DropKind.MESSAGE:
+            return [rendered.spans[m]]
+        if target.kind is DropKind.THINKING:
+            return [(p.start, p.end) for p in rendered.parts[m] if p.kind == "thinking"]
+        content = rendered.messages[m]["content"]
+        if target.end > len(content):
+            raise ScheduleError(
+                f"drop_rule[{trigger!r}]: text range [{target.start}, {target.end}) is beyond the "
+                f"{len(content)} characters of message {m}'s content", field="drop_rule", value=target.end)
+        part = next((p for p in rendered.parts[m] if p.kind == "content"), None)
+        if part is None:
+            return []
+        # A token belongs to the range when its characters, leading whitespace aside, lie inside it.
+        inside = []
+        for j, (a, b) in enumerate(self._content_offsets(content)):
+            while a < b - 1 and content[a].isspace():
+                a += 1
+            if target.start <= a and b <= target.end:
+                inside.append(part.start + j)
+        return [(t, t + 1) for t in inside]
+
+    def _content_offsets(self, content: str) -> list[tuple[int, int]]:
+        """Character range of every token of ``content`` (tokenized alone, as in rendering)."""
+        enc = self.tokenizer(content, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
+        offsets: list[tuple[int, int]] = [(int(a), int(b)) for a, b in enc["offset_mapping"]]
+        if len(offsets) != len(self._encode(content)):
+            raise MessageError("tokenizer offsets disagree with its encoding; text_drop is unavailable",
+                               field="drop_rule", value=None)
+        return offsets
+
+
+def check_append_only(old: Rendered, new: Rendered) -> None:
+    """Raise :class:`MessageError` if ``new`` edits rather than extends ``old``'s messages."""
+    if len(new.messages) < len(old.messages):
+        raise MessageError(
+            f"messages: the history had {len(old.messages)} messages and this request has {len(new.messages)}; "
+            "messages may only be appended", field="messages", value=len(new.messages))
+    for i, (a, b) in enumerate(zip(old.messages, new.messages)):
+        if a != b:
+            raise MessageError(f"messages[{i}] differs from the session's history; messages may only be appended",
+                               field=f"messages[{i}]", value=b.get("content"))

@@ -1,0 +1,191 @@
+"""Segment-batched prefill: compute many token runs that need different views in one forward pass.
+
+Each *job* is a set of query tokens that share a view: the keys they may see and the positions
+those keys have in that view (their own segment's earlier tokens come last, causally). Jobs
+differ in alive sets and position deltas (restoring a history with many drops, or scoring
+several candidate answers), yet everything except attention runs once over all query tokens:
+embeddings, projections, norms and MLPs are batched; only attention is split by job.
+
+Keys come from two places: stored KV gathered from the tree (``ext``) and this pass's own
+queries (``new``, available layer by layer as the pass proceeds). A key stored at position p and
+seen at position p' is rotated by p' - p on the fly; values are used as stored. Sliding-window
+layers only gather the keys inside the window of a job's first query.
+
+It must equal :class:`engine.reference.ReferenceExecutor` within float tolerance (tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from engine.attention import attend
+from engine.history import History
+from engine.models.lean import LeanModel
+from engine.rope import apply_rope
+
+GatherFn = Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
+"""Stored token indices (ascending) -> their keys, values [L, Hkv, M, D] as stored."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """Queries that share one view.
+
+    Attributes:
+        queries: token indices computed by this pass (ascending, contiguous in the pass's order).
+        keys: token indices the queries may see, in position order (view, then own segment).
+        key_pos: positions of ``keys`` in this view (ascending).
+    """
+
+    queries: np.ndarray
+    keys: np.ndarray
+    key_pos: np.ndarray
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    """Output of :func:`batched_prefill`.
+
+    Attributes:
+        compute_idx: [T] the computed token indices (the pass's order).
+        keys, values: [L, Hkv, T, D] their KV (keys at their compute positions).
+        logits: [R, V] next-token logits of the requested tokens, in request order.
+        hidden: [R, H] their last-layer hidden states.
+        ext_idx: [M] stored tokens that were gathered; ext_keys/ext_values: their KV as stored.
+    """
+
+    compute_idx: np.ndarray
+    keys: torch.Tensor
+    values: torch.Tensor
+    logits: torch.Tensor | None
+    hidden: torch.Tensor | None
+    ext_idx: np.ndarray
+    ext_keys: torch.Tensor
+    ext_values: torch.Tensor
+
+    def columns(self, tokens: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """KV [L, Hkv, n, D] (as stored) of ``tokens``, each either gathered or computed here."""
+        m = self.ext_idx.shape[0]
+        in_ext = _member(tokens, self.ext_idx)
+        in_new = _member(tokens, self.compute_idx)
+        assert np.all(in_ext | in_new), "a requested token was neither gathered nor computed"
+        cols = np.where(in_ext, np.searchsorted(self.ext_idx, tokens), m + np.searchsorted(self.compute_idx, tokens))
+        idx = torch.as_tensor(cols, device=self.keys.device)
+        all_k = torch.cat([self.ext_keys, self.keys], dim=2) if m else self.keys
+        all_v = torch.cat([self.ext_values, self.values], dim=2) if m else self.values
+        return all_k.index_select(2, idx), all_v.index_select(2, idx)
+
+
+def _member(tokens: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """Boolean mask: which of ``tokens`` are in the ascending array ``sorted_set``."""
+    if sorted_set.size == 0:
+        return np.zeros(len(tokens), dtype=bool)
+    i = np.minimum(np.searchsorted(sorted_set, tokens), sorted_set.size - 1)
+    return sorted_set[i] == tokens
+
+
+def history_jobs(history: History, compute: np.ndarray) -> list[Job]:
+    """Jobs that compute the tokens flagged in ``compute`` [N] of ``history``."""
+    jobs = []
+    for seg in history.segments:
+        q = np.flatnonzero(compute[seg.start:seg.end]) + seg.start
+        if q.size == 0:
+            continue
+        own = np.arange(seg.start, int(q[-1]) + 1, dtype=np.int64)
+        own_pos = seg.first_pos + (own - seg.start)
+        jobs.append(Job(q, np.concatenate([seg.view, own]), np.concatenate([seg.view_pos, own_pos])))
+    return jobs
+
+
+def batched_prefill(
+    model: LeanModel,
+    token_ids: np.ndarray,
+    compute_pos: np.ndarray,
+    jobs: Sequence[Job],
+    gather: GatherFn,
+    logit_tokens: Sequence[int] = (),
+) -> PrefillResult:
+    """Compute every job's queries in one forward pass.
+
+    Args:
+        model: the decoder.
+        token_ids, compute_pos: [N] ids and compute positions of the whole token space.
+        jobs: disjoint query sets; together they are the tokens to compute.
+        gather: reads stored KV of tokens that are keys of some job but not computed here.
+        logit_tokens: computed tokens whose next-token logits to return.
+    """
+    if not jobs:
+        k0, v0 = _empty_kv(model)
+        return PrefillResult(np.zeros(0, np.int64), k0, v0, None, None, np.zeros(0, np.int64), k0, v0)
+    compute_idx = np.concatenate([j.queries for j in jobs])
+    assert np.all(np.diff(compute_idx) > 0), "jobs must list disjoint queries in ascending order"
+    # Columns of the key source: stored keys first (ext), then this pass's tokens in order.
+    all_keys = np.unique(np.concatenate([j.keys for j in jobs])) if jobs else np.zeros(0, np.int64)
+    ext_idx = all_keys[~_member(all_keys, compute_idx)]
+    ext_k, ext_v = gather(ext_idx) if ext_idx.size else _empty_kv(model)
+    m = ext_idx.shape[0]
+
+    def col_of(tokens: np.ndarray) -> np.ndarray:
+        in_ext = _member(tokens, ext_idx)
+        return np.where(in_ext, np.searchsorted(ext_idx, tokens), m + np.searchsorted(compute_idx, tokens))
+
+    plans = []
+    row = 0
+    for job in jobs:
+        cols = col_of(job.keys)
+        deltas = job.key_pos - compute_pos[job.keys]
+        q_pos = compute_pos[job.queries]
+        rot = {kind: _rotation(model, kind, deltas) for kind in model.ropes}
+        slide_lo = {w: int(np.searchsorted(job.key_pos, q_pos[0] - w, side="right"))
+                    for w in set(model.windows) if w is not None}
+        plans.append((slice(row, row + len(job.queries)), cols, deltas, q_pos, rot, slide_lo, job.key_pos))
+        row += len(job.queries)
+
+    def attend_jobs(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        window = model.windows[layer]
+        kind = model.layer_types[layer]
+        src_k = torch.cat([ext_k[layer], k], dim=1) if m else k
+        src_v = torch.cat([ext_v[layer], v], dim=1) if m else v
+        out = torch.empty_like(q)
+        for rows, cols, _deltas, q_pos, rot, slide_lo, key_pos in plans:
+            lo = slide_lo[window] if window is not None else 0
+            idx = torch.as_tensor(cols[lo:], device=q.device)
+            kj = src_k.index_select(1, idx)
+            vj = src_v.index_select(1, idx)
+            r = rot[kind]
+            if r is not None:
+                sel, cos, sin = r
+                sel_lo = sel[sel >= lo] - lo
+                if sel_lo.size:
+                    c, s = cos[sel >= lo], sin[sel >= lo]
+                    if sel_lo.size == kj.shape[1]:
+                        kj = apply_rope(kj, c, s)
+                    else:
+                        t = torch.as_tensor(sel_lo, device=q.device)
+                        kj[:, t] = apply_rope(kj[:, t], c, s)
+            out[:, rows] = attend(q[:, rows], kj, vj, q_pos, key_pos[lo:], model.scaling, window)
+        return out
+
+    ids = token_ids[compute_idx]
+    rows = [int(np.searchsorted(compute_idx, t)) for t in logit_tokens]
+    assert all(compute_idx[r] == t for r, t in zip(rows, logit_tokens)), "logits asked of a token not computed"
+    fwd = model.forward(ids, compute_pos[compute_idx], attend_jobs, logit_rows=rows or None)
+    return PrefillResult(compute_idx, fwd.keys, fwd.values, fwd.logits, fwd.hidden, ext_idx, ext_k, ext_v)
+
+
+def _rotation(model: LeanModel, kind: str, deltas: np.ndarray):
+    sel = np.flatnonzero(deltas)
+    if sel.size == 0:
+        return None
+    cos, sin = model.ropes[kind].delta_cos_sin(deltas[sel], model.dtype)
+    return sel, cos.to(model.device), sin.to(model.device)
+
+
+def _empty_kv(model: LeanModel) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (len(model.layers), model.n_kv_heads, 0, model.head_dim)
+    z = torch.zeros(shape, dtype=model.dtype, device=model.device)
+    return z, z.clone()

@@ -1,0 +1,59 @@
+"""Environment variables, read in this one module.
+
+Every variable has the ``AKV_`` prefix and a type. Hub access is switched off here too, so that
+nothing in the project ever reaches for the network to find a model or a data set.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# Everything must work offline: no hub lookups, no telemetry.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as err:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from err
+
+
+def _path(name: str, default: Path) -> Path:
+    raw = os.environ.get(name)
+    return Path(raw).expanduser() if raw else default
+
+
+def _default_cache() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "akv-rsi"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved environment settings.
+
+    Attributes:
+        cache_dir: where converted model weights and tokenizers live (``AKV_CACHE_DIR``).
+        threads: torch intra-op threads, 0 = leave torch's default (``AKV_THREADS``).
+    """
+
+    cache_dir: Path
+    threads: int
+
+
+def settings() -> Settings:
+    """Read the environment now (tests change it between calls)."""
+    return Settings(cache_dir=_path("AKV_CACHE_DIR", _default_cache()), threads=_int("AKV_THREADS", 0))
