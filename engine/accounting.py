@@ -8,14 +8,14 @@ uses it to cost a policy's run exactly and in milliseconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.history import Item, replay
-from engine.kvstore import SizedKV
+from engine.kvstore import Payload, SizedKV
 from engine.layout import Renderer
 from engine.plan import TokenUsage, commit, plan_request, release
-from engine.radix import RadixTree
+from engine.radix import KVState, RadixTree
 from engine.schedule import Schedule
 
 
@@ -56,7 +56,7 @@ class Accountant:
         bpt = self.bytes_per_token
         end = commit(self.tree, plan, items, lambda s, e: SizedKV(e - s, bpt), bpt, last_hidden=True)
         try:
-            insert_output(self.tree, list(items), list(output_ids), lambda n: SizedKV(n, bpt), bpt)
+            insert_output(self.tree, list(items), list(output_ids), lambda s, e: SizedKV(e - s, bpt), bpt)
         finally:
             release(self.tree, end)
         return plan.usage.with_completion(len(output_ids))
@@ -65,23 +65,31 @@ class Accountant:
         self.tree.check_integrity()
 
 
-def insert_output(tree: RadixTree, items: list[Item], output_ids: list[int], make, bytes_per_token: int) -> None:
-    """Insert the generated tokens whose KV exists (all but the last) after the prompt ``items``.
+def insert_output(tree: RadixTree, items: list[Item], output_ids: list[int],
+                  make: Callable[[int, int], Payload], bytes_per_token: int) -> None:
+    """Store the generated tokens whose KV exists (all but the last) after the prompt ``items``.
 
-    ``make(n)`` returns the payload of the last ``n`` of those tokens.
+    ``make(s, e)`` returns the payload of fed tokens [s, e) (offsets into ``output_ids``). Nodes
+    for these tokens may already exist without KV (e.g. a branch that skipped them): they are
+    filled, so the tree never forgets KV that was computed.
     """
     fed = output_ids[:-1]
     if not fed:
         return
-    full = items + fed
+    n_prompt = sum(1 for it in items if isinstance(it, int))
+    full = [*items, *fed]
     match = tree.match(full)
-    missing = len(full) - match.n_items
-    if missing <= 0:
-        return
     parent = match.last or tree.root
     tree.lock(parent)
     try:
-        payload = make(missing) if tree.ensure_room(missing * bytes_per_token) else None
-        tree.extend(parent, full[match.n_items:], payload)
+        for node in list(match.path):
+            if node.state is KVState.ABSENT and node.n_tokens and node.token_end > n_prompt:
+                s, e = max(node.token_start, n_prompt), node.token_end
+                if tree.ensure_room((e - s) * bytes_per_token):
+                    tree.fill(tree._isolate(node, s, e), make(s - n_prompt, e - n_prompt))
+        missing = len(full) - match.n_items
+        if missing > 0:
+            room = tree.ensure_room(missing * bytes_per_token)
+            tree.extend(parent, full[match.n_items:], make(len(fed) - missing, len(fed)) if room else None)
     finally:
         tree.unlock(parent)

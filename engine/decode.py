@@ -56,7 +56,7 @@ class DecodeCache:
         self.start = n  # first appended token's slot
 
     def step(self, token: int, position: int) -> torch.Tensor:
-        """Append ``token`` at ``position`` and return the next-token logits [V]."""
+        """Append ``token`` at ``position`` and return its last-layer hidden state [H]."""
         m = self.model
         slot = self.n
         assert slot < self.k.shape[2], "decode cache is full"
@@ -75,15 +75,16 @@ class DecodeCache:
                                                scale=m.scaling)
             return o.reshape(m.n_heads, 1, q.shape[-1])
 
-        out = m.forward([token], [position], attend_one, logit_rows=[0])
+        out = m.forward([token], [position], attend_one, logit_rows=[0], logits=False)
         self.n += 1
-        assert out.logits is not None
-        return out.logits[0]
+        assert out.hidden is not None
+        return out.hidden[0]
 
-    def appended(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """KV [L, Hkv, count, D] of the first ``count`` appended tokens (keys at their positions)."""
-        return (self.k[:, :, self.start:self.start + count].clone(),
-                self.v[:, :, self.start:self.start + count].clone())
+    def appended(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """KV [L, Hkv, end - start, D] of appended tokens [start, end) (keys at their positions)."""
+        assert 0 <= start <= end <= self.n - self.start
+        return (self.k[:, :, self.start + start:self.start + end].clone(),
+                self.v[:, :, self.start + start:self.start + end].clone())
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ class Sampler:
         self.generator = torch.Generator()
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.generator.manual_seed(seed)
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.temperature == 0.0
 
     def __call__(self, logits: torch.Tensor) -> int:
         p = self.params

@@ -192,6 +192,7 @@ class Engine:
         top_p: float = 1.0,
         seed: int | None = None,
         stop: Sequence[str] | None = None,
+        prefix: str = "",
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> ChatResult:
@@ -201,6 +202,7 @@ class Engine:
             messages: OpenAI-style messages (system/user/assistant/tool).
             schedule: the cumulative cache schedule in the wire format (or a parsed Schedule).
             max_tokens, temperature, top_p, seed, stop: sampling (temperature 0 is greedy).
+            prefix: text the assistant's reply starts with (a cloze lead-in); not part of ``text``.
             on_text: called with each new piece of text as it is generated (streaming).
             cancelled: polled between tokens; when it returns True generation stops.
 
@@ -210,7 +212,7 @@ class Engine:
         stops = tuple(stop or ()) + self.renderer.template.stop
         params = SamplingParams(max_tokens, temperature, top_p, seed, stops)
         layout = self.layout(messages, schedule)
-        return self._generate(layout.items, params, on_text, cancelled)
+        return self._generate([*layout.items, *self.renderer._encode(prefix)], params, on_text, cancelled)
 
     def score(
         self,
@@ -308,21 +310,21 @@ class Engine:
             jobs = history_jobs(history, plan.compute)
             gather = self._gather(plan.match.path)
             pre = batched_prefill(self.model, history.token_ids, history.compute_pos, jobs, gather,
-                                  [n - 1] if plan.compute[n - 1] else [])
+                                  [n - 1] if plan.compute[n - 1] else [], logits=False)
             if plan.compute[n - 1]:
-                assert pre.logits is not None and pre.hidden is not None
-                logits, last_hidden = pre.logits[0], pre.hidden[0]
+                assert pre.hidden is not None
+                hidden, last_hidden = pre.hidden[0], pre.hidden[0]
             else:
-                logits, last_hidden = self.model.logits(plan.end_hidden[None].to(self.model.device))[0], None
+                hidden, last_hidden = plan.end_hidden.to(self.model.device), None
             end = self._commit(plan, items, pre, last_hidden)
             keys, values = self._view_kv(history.alive, pre, gather)
             cache = DecodeCache(self.model, keys, values, history.compute_pos[history.alive], history.alive_pos,
                                 capacity=len(history.alive) + params.max_tokens)
             t1 = time.perf_counter()
-            tokens, text, reason = self._decode(cache, logits, history.next_pos, params, on_text, cancelled)
+            tokens, text, reason = self._decode(cache, hidden, history.next_pos, params, on_text, cancelled)
             t2 = time.perf_counter()
             if len(tokens) > 1:
-                insert_output(self.tree, items, tokens, lambda k: self._generated_payload(cache, len(tokens) - 1, k),
+                insert_output(self.tree, items, tokens, lambda s, e: self._generated_payload(cache, s, e),
                               self.geometry.bytes_per_token)
         finally:
             release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
@@ -331,10 +333,11 @@ class Engine:
         self.stats.add(usage, timings)
         return ChatResult(text, tokens, usage, reason, timings)
 
-    def _decode(self, cache: DecodeCache, logits: torch.Tensor, next_pos: int, params: SamplingParams,
+    def _decode(self, cache: DecodeCache, hidden: torch.Tensor, next_pos: int, params: SamplingParams,
                 on_text: Callable[[str], None] | None, cancelled: Callable[[], bool] | None
                 ) -> tuple[list[int], str, str]:
         sampler = Sampler(params)
+        model = self.model
         tokens: list[int] = []
         emitted = ""
         reason = "length"
@@ -342,7 +345,7 @@ class Engine:
             if cancelled is not None and cancelled():
                 reason = "cancelled"
                 break
-            tok = sampler(logits)
+            tok = model.greedy(hidden) if sampler.greedy else sampler(model.logits(hidden[None])[0])
             tokens.append(tok)
             if tok in self.stop_ids:
                 reason = "stop"
@@ -356,7 +359,7 @@ class Engine:
                 emitted = text
             if reason == "stop" or step == params.max_tokens - 1:
                 break
-            logits = cache.step(tok, next_pos + step)
+            hidden = cache.step(tok, next_pos + step)
         final = self.tokenizer.decode(tokens, skip_special_tokens=True)
         cut = find_stop(final, params.stop)
         final = final if cut is None else final[:cut]
@@ -364,10 +367,9 @@ class Engine:
             on_text(final[len(emitted):])
         return tokens, final, reason
 
-    def _generated_payload(self, cache: DecodeCache, fed: int, last_n: int) -> TensorKV:
-        keys, values = cache.appended(fed)
-        return TensorKV(keys[:, :, fed - last_n:].contiguous(), values[:, :, fed - last_n:].contiguous(),
-                        str(self.model.device))
+    def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
+        keys, values = cache.appended(start, end)
+        return TensorKV(keys, values, str(self.model.device))
 
     def _commit(self, plan: Plan, items: list[Item], pre: PrefillResult, last_hidden: torch.Tensor | None) -> Node:
         compute_idx = pre.compute_idx

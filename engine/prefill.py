@@ -108,6 +108,7 @@ def batched_prefill(
     jobs: Sequence[Job],
     gather: GatherFn,
     logit_tokens: Sequence[int] = (),
+    logits: bool = True,
 ) -> PrefillResult:
     """Compute every job's queries in one forward pass.
 
@@ -116,7 +117,8 @@ def batched_prefill(
         token_ids, compute_pos: [N] ids and compute positions of the whole token space.
         jobs: disjoint query sets; together they are the tokens to compute.
         gather: reads stored KV of tokens that are keys of some job but not computed here.
-        logit_tokens: computed tokens whose next-token logits to return.
+        logit_tokens: computed tokens whose hidden states (and logits) to return.
+        logits: also compute their logits (False: hidden states only).
     """
     if not jobs:
         k0, v0 = _empty_kv(model)
@@ -173,7 +175,7 @@ def batched_prefill(
     ids = token_ids[compute_idx]
     rows = [int(np.searchsorted(compute_idx, t)) for t in logit_tokens]
     assert all(compute_idx[r] == t for r, t in zip(rows, logit_tokens)), "logits asked of a token not computed"
-    fwd = model.forward(ids, compute_pos[compute_idx], attend_jobs, logit_rows=rows or None)
+    fwd = model.forward(ids, compute_pos[compute_idx], attend_jobs, logit_rows=rows or None, logits=logits)
     return PrefillResult(compute_idx, fwd.keys, fwd.values, fwd.logits, fwd.hidden, ext_idx, ext_k, ext_v)
 
 

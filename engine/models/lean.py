@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import ModelLoadError
+from engine.models.head import GreedyHead
 from engine.rope import Rope, apply_rope, rope_for
 
 AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -101,6 +102,7 @@ class LeanModel:
         self.ropes: dict[str, Rope] = {
             t: rope_for(cfg, t if per_type else None) for t in sorted(set(self.layer_types))
         }
+        self._head: GreedyHead | None = None
         self._fuse()
 
     @torch.no_grad()
@@ -137,6 +139,7 @@ class LeanModel:
         positions: Sequence[int] | np.ndarray,
         attend: AttendFn,
         logit_rows: Sequence[int] | np.ndarray | None = None,
+        logits: bool = True,
     ) -> ForwardOut:
         """Run every layer over ``input_ids`` at ``positions``.
 
@@ -145,7 +148,9 @@ class LeanModel:
             positions: [T] position ids (RoPE for queries and for the returned keys).
             attend: computes attention per layer from this call's q/k/v (it decides which other
                 keys each query sees).
-            logit_rows: indices into [0, T) whose next-token logits to return.
+            logit_rows: indices into [0, T) whose hidden states (and logits) to return.
+            logits: compute the logits of those rows (False: hidden states only, e.g. for
+                :meth:`greedy`, which avoids most of the LM head).
 
         Returns:
             :class:`ForwardOut` with the new tokens' KV and the requested logits.
@@ -182,12 +187,19 @@ class LeanModel:
             if self.is_gemma:
                 m = layer.post_feedforward_layernorm(m)
             h = h + m
-        logits = hidden = None
+        out_logits = hidden = None
         if logit_rows is not None and len(logit_rows):
             rows = torch.as_tensor(np.asarray(logit_rows, dtype=np.int64), device=self.device)
             hidden = h.index_select(0, rows)
-            logits = self.logits(hidden)
-        return ForwardOut(keys, values, logits, hidden)
+            out_logits = self.logits(hidden) if logits else None
+        return ForwardOut(keys, values, out_logits, hidden)
+
+    @torch.no_grad()
+    def greedy(self, hidden: torch.Tensor) -> int:
+        """The float32 argmax token after one hidden state [H], proved via a half-precision pass."""
+        if self._head is None:
+            self._head = GreedyHead(self.lm_head.weight)
+        return self._head.argmax(self.norm(hidden[None])[0])
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
