@@ -67,7 +67,7 @@ def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512
         hist = replay(ids)
         compute = np.ones(n, dtype=bool)
 
-        def ours_prefill(h: Any = hist, c: np.ndarray = compute) -> None:
+        def ours_prefill(h: Any = hist, c: np.ndarray = compute, n: int = n) -> None:
             batched_prefill(eng.model, h.token_ids, h.compute_pos, history_jobs(h, c), _no_store, [n - 1])
 
         def hf_prefill(ids: list[int] = ids) -> None:
@@ -89,7 +89,7 @@ def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512
         inp = torch.tensor([ids])
         kw = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
 
-        def gen(k: int) -> None:
+        def gen(k: int, inp: torch.Tensor = inp, kw: dict[str, Any] = kw) -> None:
             with torch.no_grad():
                 hf.generate(inp, max_new_tokens=k, min_new_tokens=k, **kw)
 
