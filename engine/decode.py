@@ -55,30 +55,28 @@ class DecodeCache:
         self.n = n
         self.start = n  # first appended token's slot
 
-    def step(self, token: int, position: int) -> torch.Tensor:
-        """Append ``token`` at ``position`` and return its last-layer hidden state [H]."""
-        m = self.model
+    def begin(self, position: int) -> dict[int | None, int]:
+        """Reserve the next slot for a token at ``position``; returns each window's first visible slot."""
         slot = self.n
         assert slot < self.k.shape[2], "decode cache is full"
         self.pos[slot] = position
-        lo = {w: int(np.searchsorted(self.pos[:slot + 1], position - w, side="right"))
-              for w in set(m.windows) if w is not None}
-        groups = m.n_heads // m.n_kv_heads
+        return {w: (int(np.searchsorted(self.pos[:slot + 1], position - w, side="right")) if w else 0)
+                for w in set(self.model.windows)}
 
-        def attend_one(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            self.k[layer][:, slot] = k[:, 0]
-            self.v[layer][:, slot] = v[:, 0]
-            w = m.windows[layer]
-            a = lo[w] if w is not None else 0
-            qg = q.reshape(m.n_kv_heads, groups, q.shape[-1])
-            o = F.scaled_dot_product_attention(qg, self.k[layer][:, a:slot + 1], self.v[layer][:, a:slot + 1],
-                                               scale=m.scaling)
-            return o.reshape(m.n_heads, 1, q.shape[-1])
+    def attend_row(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lo: int) -> torch.Tensor:
+        """Store one token's k/v [Hkv, D] in the reserved slot and attend q [Hq, D] over slots [lo, slot]."""
+        m = self.model
+        slot = self.n
+        self.k[layer][:, slot] = k
+        self.v[layer][:, slot] = v
+        qg = q.reshape(m.n_kv_heads, m.n_heads // m.n_kv_heads, q.shape[-1])
+        o = F.scaled_dot_product_attention(qg, self.k[layer][:, lo:slot + 1], self.v[layer][:, lo:slot + 1],
+                                           scale=m.scaling)
+        return o.reshape(m.n_heads, q.shape[-1])
 
-        out = m.forward([token], [position], attend_one, logit_rows=[0], logits=False)
+    def commit(self) -> None:
+        """The reserved slot now holds the token's KV in every layer."""
         self.n += 1
-        assert out.hidden is not None
-        return out.hidden[0]
 
     def appended(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """KV [L, Hkv, end - start, D] of appended tokens [start, end) (keys at their positions)."""
@@ -141,3 +139,24 @@ def find_stop(text: str, stops: Sequence[str]) -> int | None:
     """Index where the earliest stop string starts in ``text``, or ``None``."""
     hits = [i for i in (text.find(s) for s in stops if s) if i >= 0]
     return min(hits) if hits else None
+
+
+def step_caches(model: LeanModel, caches: list[DecodeCache], tokens: list[int], positions: list[int]) -> torch.Tensor:
+    """Feed one token to each cache in a single forward pass; returns hidden states [B, H].
+
+    Everything but attention runs batched over the B tokens; each row attends over its own cache.
+    """
+    windows = [c.begin(p) for c, p in zip(caches, positions)]
+
+    def attend_rows(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        w = model.windows[layer]
+        out = torch.empty_like(q)
+        for b, cache in enumerate(caches):
+            out[:, b] = cache.attend_row(layer, q[:, b], k[:, b], v[:, b], windows[b][w])
+        return out
+
+    fwd = model.forward(tokens, positions, attend_rows, logit_rows=list(range(len(caches))), logits=False)
+    for c in caches:
+        c.commit()
+    assert fwd.hidden is not None
+    return fwd.hidden

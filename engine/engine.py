@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from engine.accounting import Accountant, insert_output
-from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop
+from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
 from engine.errors import AKVError, ContextLengthError
 from engine.history import History, Item, replay
 from engine.kvstore import TensorKV
@@ -90,6 +90,32 @@ class ScoreResult:
     def best_norm(self) -> int:
         """Index of the best score per character (``acc_norm``)."""
         return int(np.argmax([lp / max(1, len(c)) for lp, c in zip(self.logprobs, self.candidates)]))
+
+
+@dataclass(eq=False)
+class Generation:
+    """An in-flight chat request between :meth:`Engine.start` and :meth:`Engine.finish`.
+
+    ``hidden`` is the last-layer state after the newest token; ``tokens`` the generated ids.
+    """
+
+    items: list[Item]
+    usage: TokenUsage
+    end: Node
+    cache: DecodeCache
+    params: SamplingParams
+    sampler: Sampler
+    hidden: torch.Tensor
+    next_pos: int
+    on_text: Callable[[str], None] | None
+    cancelled: Callable[[], bool] | None
+    t_start: float
+    t_decode: float
+    tokens: list[int] = field(default_factory=list)
+    emitted: str = ""
+    reason: str | None = None
+    done: bool = False
+    finished: bool = False
 
 
 @dataclass
@@ -209,10 +235,16 @@ class Engine:
         Raises:
             AKVError subclasses for bad messages, schedules, sampling values or lengths.
         """
-        stops = tuple(stop or ()) + self.renderer.template.stop
-        params = SamplingParams(max_tokens, temperature, top_p, seed, stops)
-        layout = self.layout(messages, schedule)
-        return self._generate([*layout.items, *self.renderer._encode(prefix)], params, on_text, cancelled)
+        g = self.start(messages, schedule, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                       stop=stop, prefix=prefix, on_text=on_text, cancelled=cancelled)
+        try:
+            if g.cancelled is not None and g.cancelled():
+                g.reason, g.done = "cancelled", True
+            while not g.done:
+                self.step([g])
+        finally:
+            result = self.finish(g)
+        return result
 
     def score(
         self,
@@ -298,8 +330,30 @@ class Engine:
                 f"the prompt reaches position {top - extra} and asks for {extra} more tokens, beyond the "
                 f"context window of {self.max_context}", field="messages", value=top)
 
-    def _generate(self, items: list[Item], params: SamplingParams, on_text: Callable[[str], None] | None,
-                  cancelled: Callable[[], bool] | None) -> ChatResult:
+    def start(
+        self,
+        messages: Sequence[Any],
+        schedule: Mapping[str, Any] | Schedule | None = None,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] | None = None,
+        prefix: str = "",
+        on_text: Callable[[str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Generation:
+        """Process the prompt (prefill) and return an in-flight :class:`Generation`.
+
+        Drive it with :meth:`step` (several generations may step together, sharing one forward
+        pass) until ``done``, then call :meth:`finish`, which must always be called: it stores
+        the generated KV and releases the request's locks. Arguments are those of :meth:`chat`.
+        """
+        stops = tuple(stop or ()) + self.renderer.template.stop
+        params = SamplingParams(max_tokens, temperature, top_p, seed, stops)
+        layout = self.layout(messages, schedule)
+        items: list[Item] = [*layout.items, *self.renderer._encode(prefix)]
         history = replay(items)
         self._check_length(history, params.max_tokens)
         t0 = time.perf_counter()
@@ -307,9 +361,9 @@ class Engine:
         end: Node | None = None
         try:
             n = history.n_tokens
-            jobs = history_jobs(history, plan.compute)
             gather = self._gather(plan.match.path)
-            pre = batched_prefill(self.model, history.token_ids, history.compute_pos, jobs, gather,
+            pre = batched_prefill(self.model, history.token_ids, history.compute_pos,
+                                  history_jobs(history, plan.compute), gather,
                                   [n - 1] if plan.compute[n - 1] else [], logits=False)
             if plan.compute[n - 1]:
                 assert pre.hidden is not None
@@ -320,52 +374,75 @@ class Engine:
             keys, values = self._view_kv(history.alive, pre, gather)
             cache = DecodeCache(self.model, keys, values, history.compute_pos[history.alive], history.alive_pos,
                                 capacity=len(history.alive) + params.max_tokens)
-            t1 = time.perf_counter()
-            tokens, text, reason = self._decode(cache, hidden, history.next_pos, params, on_text, cancelled)
-            t2 = time.perf_counter()
-            if len(tokens) > 1:
-                insert_output(self.tree, items, tokens, lambda s, e: self._generated_payload(cache, s, e),
+        except BaseException:
+            release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
+            raise
+        return Generation(items=items, usage=plan.usage, end=end, cache=cache, params=params,
+                          sampler=Sampler(params), hidden=hidden, next_pos=history.next_pos,
+                          on_text=on_text, cancelled=cancelled, t_start=t0, t_decode=time.perf_counter())
+
+    def step(self, generations: Sequence[Generation]) -> None:
+        """Advance every unfinished generation by one token, with one forward pass for all."""
+        live = [g for g in generations if not g.done]
+        if not live:
+            return
+        greedy = [g for g in live if g.sampler.greedy]
+        if greedy:
+            picks = self.model.greedy_batch(torch.stack([g.hidden for g in greedy]))
+            for g, tok in zip(greedy, picks):
+                g.tokens.append(tok)
+        for g in live:
+            if not g.sampler.greedy:
+                g.tokens.append(g.sampler(self.model.logits(g.hidden[None])[0]))
+        advancing = [g for g in live if not self._after_token(g)]
+        if not advancing:
+            return
+        toks = [g.tokens[-1] for g in advancing]
+        positions = [g.next_pos + len(g.tokens) - 1 for g in advancing]
+        hidden = step_caches(self.model, [g.cache for g in advancing], toks, positions)
+        for g, h in zip(advancing, hidden):
+            g.hidden = h
+
+    def _after_token(self, g: Generation) -> bool:
+        """Handle the token just appended to ``g``: stop checks and streaming. Returns done."""
+        tok = g.tokens[-1]
+        if tok in self.stop_ids:
+            g.reason = "stop"
+        else:
+            text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
+            cut = find_stop(text, g.params.stop)
+            if cut is not None:
+                text, g.reason = text[:cut], "stop"
+            if g.on_text is not None and len(text) > len(g.emitted) and not text.endswith("\ufffd"):
+                g.on_text(text[len(g.emitted):])
+                g.emitted = text
+        if g.reason is None and len(g.tokens) >= g.params.max_tokens:
+            g.reason = "length"
+        if g.reason is None and g.cancelled is not None and g.cancelled():
+            g.reason = "cancelled"
+        g.done = g.reason is not None
+        return g.done
+
+    def finish(self, g: Generation) -> ChatResult:
+        """Store the generated KV, release the locks and return the result (call exactly once)."""
+        assert not g.finished, "finish() called twice"
+        g.finished = True
+        t_end = time.perf_counter()
+        try:
+            if len(g.tokens) > 1:
+                insert_output(self.tree, g.items, g.tokens, lambda s, e: self._generated_payload(g.cache, s, e),
                               self.geometry.bytes_per_token)
         finally:
-            release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
-        usage = plan.usage.with_completion(len(tokens))
-        timings = Timings(t1 - t0, t2 - t1)
+            release(self.tree, g.end)
+        text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
+        cut = find_stop(text, g.params.stop)
+        text = text if cut is None else text[:cut]
+        if g.on_text is not None and len(text) > len(g.emitted):
+            g.on_text(text[len(g.emitted):])
+        usage = g.usage.with_completion(len(g.tokens))
+        timings = Timings(g.t_decode - g.t_start, t_end - g.t_decode)
         self.stats.add(usage, timings)
-        return ChatResult(text, tokens, usage, reason, timings)
-
-    def _decode(self, cache: DecodeCache, hidden: torch.Tensor, next_pos: int, params: SamplingParams,
-                on_text: Callable[[str], None] | None, cancelled: Callable[[], bool] | None
-                ) -> tuple[list[int], str, str]:
-        sampler = Sampler(params)
-        model = self.model
-        tokens: list[int] = []
-        emitted = ""
-        reason = "length"
-        for step in range(params.max_tokens):
-            if cancelled is not None and cancelled():
-                reason = "cancelled"
-                break
-            tok = model.greedy(hidden) if sampler.greedy else sampler(model.logits(hidden[None])[0])
-            tokens.append(tok)
-            if tok in self.stop_ids:
-                reason = "stop"
-                break
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            cut = find_stop(text, params.stop)
-            if cut is not None:
-                text, reason = text[:cut], "stop"
-            if on_text is not None and len(text) > len(emitted) and not text.endswith("\ufffd"):
-                on_text(text[len(emitted):])
-                emitted = text
-            if reason == "stop" or step == params.max_tokens - 1:
-                break
-            hidden = cache.step(tok, next_pos + step)
-        final = self.tokenizer.decode(tokens, skip_special_tokens=True)
-        cut = find_stop(final, params.stop)
-        final = final if cut is None else final[:cut]
-        if on_text is not None and len(final) > len(emitted):
-            on_text(final[len(emitted):])
-        return tokens, final, reason
+        return ChatResult(text, list(g.tokens), usage, g.reason or "cancelled", timings)
 
     def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
         keys, values = cache.appended(start, end)

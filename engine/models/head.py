@@ -52,8 +52,16 @@ class GreedyHead:
     @torch.no_grad()
     def argmax(self, hidden: torch.Tensor) -> int:
         """Index of the largest logit for one normalized hidden state [H] (float32)."""
+        return self.argmax_batch(hidden[None])[0]
+
+    @torch.no_grad()
+    def argmax_batch(self, hidden: torch.Tensor) -> list[int]:
+        """Argmax per row of normalized hidden states [B, H]; one half-precision pass for all rows."""
         h32 = hidden.float()
         approx = F.linear(h32.to(torch.float16), self.half).float()
+        return [self._prove(h32[b], approx[b]) for b in range(h32.shape[0])]
+
+    def _prove(self, h32: torch.Tensor, approx: torch.Tensor) -> int:
         if not torch.isfinite(approx).all():
             return self._fallback(h32)
         top = torch.topk(approx, self.k)

@@ -195,11 +195,11 @@ class LeanModel:
         return ForwardOut(keys, values, out_logits, hidden)
 
     @torch.no_grad()
-    def greedy(self, hidden: torch.Tensor) -> int:
-        """The float32 argmax token after one hidden state [H], proved via a half-precision pass."""
+    def greedy_batch(self, hidden: torch.Tensor) -> list[int]:
+        """The float32 argmax tokens after hidden states [B, H], proved via one half-precision pass."""
         if self._head is None:
             self._head = GreedyHead(self.lm_head.weight)
-        return self._head.argmax(self.norm(hidden[None])[0])
+        return self._head.argmax_batch(self.norm(hidden))
 
     @torch.no_grad()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -187,3 +187,20 @@ def test_public_names():
         assert hasattr(engine, name)
     with pytest.raises(AKVError, match="unknown model"):
         Engine.from_pretrained("no-such-model-anywhere")
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+def test_batched_decode_equals_one_at_a_time(name, request):
+    base = request.getfixturevalue(name)
+    msgs = trajectory(5)
+    prompts = [(msgs[:4], None), (msgs[:6], {"drop_message": {"5": [3]}}), (msgs[:8], rolling(8, 1)),
+               (msgs[:2], None)]
+    alone = [fresh(base).chat(m, s, max_tokens=7, stop=[]) for m, s in prompts]
+    eng = fresh(base)
+    gens = [eng.start(m, s, max_tokens=7, stop=[]) for m, s in prompts]
+    while not all(g.done for g in gens):
+        eng.step(gens)
+    together = [eng.finish(g) for g in gens]
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+    assert [r.usage.prompt_tokens for r in together] == [r.usage.prompt_tokens for r in alone]
+    eng.check_integrity()
