@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,6 +33,9 @@ from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
 from engine.radix import Node, RadixTree
 from engine.schedule import Schedule
 from engine.settings import settings
+
+if TYPE_CHECKING:
+    from engine.snapshot import SnapshotInfo
 
 GiB = 1 << 30
 
@@ -167,6 +171,7 @@ class Engine:
         self.tree = RadixTree(pool_bytes, host_bytes)
         self.max_context = min(max_context or model.max_positions, model.max_positions)
         self.stats = EngineStats()
+        self._tokenizer_sha: str | None = None
         stop_ids = {tokenizer.eos_token_id}
         for s in self.renderer.template.stop:
             ids = tokenizer.encode(s, add_special_tokens=False)
@@ -245,6 +250,45 @@ class Engine:
         finally:
             result = self.finish(g)
         return result
+
+    def prefill(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None) -> TokenUsage:
+        """Bring the history of ``messages`` + ``schedule`` into the tree without generating."""
+        items = self.layout(messages, schedule).items
+        history = replay(items)
+        self._check_length(history, 0)
+        plan = plan_request(self.tree, items, history)
+        end: Node | None = None
+        try:
+            n = history.n_tokens
+            pre = batched_prefill(self.model, history.token_ids, history.compute_pos,
+                                  history_jobs(history, plan.compute), self._gather(plan.match.path),
+                                  [n - 1] if plan.compute[n - 1] else [], logits=False)
+            last_hidden = pre.hidden[0] if pre.hidden is not None and plan.compute[n - 1] else None
+            end = self._commit(plan, items, pre, last_hidden)
+        finally:
+            release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
+        return plan.usage
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        """SHA-256 of the tokenizer definition (snapshots refuse other tokenizers)."""
+        if self._tokenizer_sha is None:
+            from engine.snapshot import tokenizer_fingerprint
+
+            self._tokenizer_sha = tokenizer_fingerprint(self.tokenizer)
+        return self._tokenizer_sha
+
+    def save_session(self, messages: Sequence[Any], schedule: Any, path: str | Path) -> SnapshotInfo:
+        """Write the KV of this history to ``path`` (safetensors + JSON metadata)."""
+        from engine.snapshot import save_session
+
+        return save_session(self, messages, schedule, path)
+
+    def load_session(self, path: str | Path) -> SnapshotInfo:
+        """Warm the tree from a file written by :meth:`save_session` (refused files change nothing)."""
+        from engine.snapshot import load_session
+
+        return load_session(self, path)
 
     def score(
         self,

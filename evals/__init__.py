@@ -1,1 +1,59 @@
-"""Placeholder; see docs/architecture.md."""
+"""Evaluation: task suites, cost model and metrics (the replay and live evaluators come later).
+
+Public surface::
+
+    from evals import build_suite, load_suite, drop_evidence_schedule
+    from evals import load_rates, request_cost, task_cost, pass_rate, exact_match
+
+- ``evals.tasks``: generated agent trajectories with probes, stored as versioned HF datasets.
+- ``evals.diagnostics``: calibration schedules (drop exactly a probe's evidence, or all but it).
+- ``evals.rates`` / ``evals.cost``: rate tables and per-request / per-task cost from token usage.
+- ``evals.metrics``: answer matching, pass rates with Wilson intervals, per-family aggregation.
+"""
+
+from evals.cost import CostBreakdown, Counts, counts, request_cost, sum_costs, task_cost
+from evals.diagnostics import drop_evidence_schedule, drop_messages_schedule, keep_evidence_schedule
+from evals.errors import CostError, TaskError
+from evals.metrics import (
+    Interval,
+    PassRate,
+    contains_match,
+    exact_match,
+    normalize_answer,
+    pass_rate,
+    per_family,
+    wilson_interval,
+)
+from evals.rates import Rates, available_rates, load_rates
+from evals.tasks import FAMILIES, Probe, SuiteSpec, Task, build_suite, load_suite
+
+__all__ = [
+    "FAMILIES",
+    "CostBreakdown",
+    "CostError",
+    "Counts",
+    "Interval",
+    "PassRate",
+    "Probe",
+    "Rates",
+    "SuiteSpec",
+    "Task",
+    "TaskError",
+    "available_rates",
+    "build_suite",
+    "contains_match",
+    "counts",
+    "drop_evidence_schedule",
+    "drop_messages_schedule",
+    "exact_match",
+    "keep_evidence_schedule",
+    "load_rates",
+    "load_suite",
+    "normalize_answer",
+    "pass_rate",
+    "per_family",
+    "request_cost",
+    "sum_costs",
+    "task_cost",
+    "wilson_interval",
+]

@@ -1,0 +1,238 @@
+"""The OpenAI-compatible AKV server: routes, error mapping and streaming.
+
+Stateless interface, stateful serving: every request carries the full message list and the
+full cumulative schedule; the engine's history-aware radix tree reuses everything it can.
+
+Routes: ``POST /v1/chat/completions`` (``stream`` as server-sent events), ``GET /v1/models``,
+``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /v1/cache/save``,
+``POST /v1/cache/load``. Every error is an OpenAI-style object
+``{"error": {"message", "type", "param", "code"}}`` whose message names the field and value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from engine.engine import ChatResult, Engine
+from engine.errors import AKVError, CapacityError, MessageError
+from engine.plan import TokenUsage
+from engine.schedule import parse_schedule
+from engine.server.metrics import Metrics
+from engine.server.scheduler import Job, Scheduler, TimeoutError_
+from engine.server.schemas import CacheLoadRequest, CacheSaveRequest, ChatRequest
+from engine.server.sessions import Sessions
+from engine.template import normalize_message
+
+DEFAULT_MAX_TOKENS = 256
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def usage_json(u: TokenUsage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens, "prefill_tokens": u.prefill_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens, "drop_skipped_tokens": u.drop_skipped_tokens,
+                                  "repos_tokens": u.repos_tokens},
+    }
+
+
+def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64, max_batch: int = 8,
+               timeout: float = 600.0, aliases: tuple[str, ...] = ()) -> FastAPI:
+    """Build the app around ``engine`` (the scheduler starts with the app and stops with it)."""
+    scheduler = Scheduler(engine, max_queue=max_queue, max_batch=max_batch, timeout=timeout)
+    sessions = Sessions()
+    metrics = Metrics(scheduler)
+    snapshots = Path(snapshot_dir)
+    names = {engine.name, "default", *aliases}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        scheduler.start()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+
+    app = FastAPI(title="AKV engine", lifespan=lifespan)
+    app.state.scheduler = scheduler
+    app.state.engine = engine
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        err = exc.errors()[0] if exc.errors() else {}
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        if err.get("type") == "json_invalid":
+            return _error(400, f"malformed JSON body: {err.get('ctx', {}).get('error', err.get('msg'))}",
+                          "invalid_request_error", "body", "json_invalid")
+        value = err.get("input")
+        shown = json.dumps(value)[:80] if value is not None else "missing"
+        return _error(400, f"{loc or 'body'}: {err.get('msg', 'invalid')} (got {shown})", "invalid_request_error",
+                      loc or None, err.get("type"))
+
+    @app.exception_handler(AKVError)
+    async def _akv(request: Request, exc: AKVError) -> JSONResponse:
+        if isinstance(exc, CapacityError):
+            return _error(503, str(exc), "overloaded_error", exc.field, "queue_full", headers={"Retry-After": "1"})
+        if isinstance(exc, TimeoutError_):
+            return _error(504, str(exc), "timeout_error", exc.field, "timeout")
+        code = "context_length_exceeded" if exc.status == 413 else type(exc).__name__
+        return _error(exc.status, str(exc), "invalid_request_error", exc.field, code)
+
+    @app.exception_handler(RuntimeError)
+    async def _internal(request: Request, exc: RuntimeError) -> JSONResponse:
+        return _error(500, str(exc), "server_error")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": engine.name, "queue_depth": scheduler.depth,
+                "integrity_checks": scheduler.integrity_checks, "last_error": scheduler.last_error}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": engine.name, "object": "model", "created": 0,
+                                            "owned_by": "akv-rsi"}]}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def run(job: Job) -> Any:
+        scheduler.submit(job)
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            job.cancel.set()  # the client went away while waiting
+            raise
+
+    def new_job(deadline_s: float | None, **kw: Any) -> Job:
+        loop = asyncio.get_running_loop()
+        return Job(loop=loop, future=loop.create_future(), deadline=time.monotonic() + (deadline_s or timeout), **kw)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(req: ChatRequest) -> Any:
+        t0 = time.perf_counter()
+        if req.model is not None and req.model not in names:
+            return _error(404, f"model: {req.model!r} is not served here (serving {engine.name!r})",
+                          "not_found_error", "model", "model_not_found")
+        if req.n != 1:
+            raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
+        if not req.messages:
+            raise MessageError("messages: must be a non-empty list", field="messages", value=[])
+        for i, m in enumerate(req.messages):
+            normalize_message(m, i)
+        schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
+        sessions.check(req.session_id, req.messages, schedule)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        args = {"messages": req.messages, "schedule": schedule,
+                "max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+                "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "stop": req.stop_list(),
+                "prefix": req.prefix}
+        rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        if not req.stream:
+            result: ChatResult = await run(new_job(req.timeout, chat=args))
+            sessions.update(req.session_id, req.messages, schedule)
+            metrics.latency.observe(time.perf_counter() - t0)
+            return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": engine.name,
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
+                                 "finish_reason": result.finish_reason}],
+                    "usage": usage_json(result.usage)}
+        return await stream(req, args, rid, schedule, t0)
+
+    async def stream(req: ChatRequest, args: dict[str, Any], rid: str, schedule: Any, t0: float) -> Response:
+        pieces: asyncio.Queue[str] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        job = new_job(req.timeout, chat=args, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p))
+        scheduler.submit(job)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+            body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": engine.name,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return f"data: {json.dumps(body)}\n\n"
+
+        # Wait for the first piece or the end, so that errors before generation get a proper status.
+        first = asyncio.ensure_future(pieces.get())
+        try:
+            await asyncio.wait({first, job.future}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            job.cancel.set()
+            first.cancel()
+            raise
+        if job.future.done() and job.future.exception() is not None and not first.done():
+            first.cancel()
+            raise job.future.exception()  # type: ignore[misc]
+
+        async def events() -> AsyncIterator[str]:
+            nonlocal first
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                got_first = False
+                while True:
+                    if first.done():
+                        if not got_first:
+                            metrics.ttft.observe(time.perf_counter() - t0)
+                            got_first = True
+                        yield chunk({"content": first.result()})
+                        first = asyncio.ensure_future(pieces.get())
+                        continue
+                    await asyncio.wait({first, job.future}, return_when=asyncio.FIRST_COMPLETED)
+                    if job.future.done() and not first.done():
+                        first.cancel()
+                        break
+                while not pieces.empty():
+                    yield chunk({"content": pieces.get_nowait()})
+                error = job.future.exception()
+                if error is not None:
+                    status = getattr(error, "status", 500)
+                    yield f"data: {json.dumps({'error': {'message': str(error), 'code': status}})}\n\n"
+                    return
+                result: ChatResult = job.future.result()
+                sessions.update(req.session_id, req.messages, schedule)
+                metrics.latency.observe(time.perf_counter() - t0)
+                yield chunk({}, result.finish_reason)
+                if include_usage:
+                    body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                            "model": engine.name, "choices": [], "usage": usage_json(result.usage)}
+                    yield f"data: {json.dumps(body)}\n\n"
+                yield "data: [DONE]\n\n"
+            finally:
+                if not job.future.done():
+                    job.cancel.set()  # the client disconnected mid-stream: stop and free the locks
+                if not first.done():
+                    first.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/cache/save")
+    async def cache_save(req: CacheSaveRequest) -> dict[str, Any]:
+        schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
+        path = snapshots / f"{req.name}.safetensors"
+        info = await run(new_job(None, call=lambda eng: eng.save_session(req.messages, schedule, path)))
+        return {"name": req.name, "path": info.path, "tokens": info.tokens, "kv_tokens": info.kv_tokens,
+                "bytes": info.bytes}
+
+    @app.post("/v1/cache/load")
+    async def cache_load(req: CacheLoadRequest) -> dict[str, Any]:
+        path = snapshots / f"{req.name}.safetensors"
+        info = await run(new_job(None, call=lambda eng: eng.load_session(path)))
+        return {"name": req.name, "path": info.path, "tokens": info.tokens, "kv_tokens": info.kv_tokens,
+                "bytes": info.bytes}
+
+    return app

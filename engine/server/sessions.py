@@ -1,0 +1,68 @@
+"""Sessions: what an agent sent last, so that a request that edits its history is refused.
+
+The interface is stateless (every request carries the whole history), but a harness may name
+its session (``session_id``). Within a session, messages may only be appended and the schedule
+only extended: an entry for a trigger that the previous request already covered must not change.
+Text-level baselines that rewrite history start a new session (or send none).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import MessageError, ScheduleError
+from engine.schedule import Schedule
+from engine.template import normalize_message
+
+
+@dataclass(frozen=True)
+class SessionState:
+    messages: tuple[dict[str, Any], ...]
+    schedule: Schedule
+
+
+class Sessions:
+    """Last accepted state per session id (LRU-bounded)."""
+
+    def __init__(self, capacity: int = 10_000):
+        self._states: OrderedDict[str, SessionState] = OrderedDict()
+        self.capacity = capacity
+
+    def check(self, session_id: str | None, messages: Sequence[Any], schedule: Schedule) -> None:
+        """Raise if this request edits the session's history (messages or past schedule entries)."""
+        if session_id is None or session_id not in self._states:
+            return
+        old = self._states[session_id]
+        new = [normalize_message(m, i) for i, m in enumerate(messages)]
+        if len(new) < len(old.messages):
+            raise MessageError(
+                f"session {session_id!r} had {len(old.messages)} messages and this request has {len(new)}; "
+                "messages may only be appended", field="messages", value=len(new))
+        for i, (a, b) in enumerate(zip(old.messages, new)):
+            if a != b:
+                raise MessageError(f"messages[{i}] differs from session {session_id!r}'s history; messages may only "
+                                   "be appended", field=f"messages[{i}]", value=str(b.get("content"))[:80])
+        covered = len(old.messages)
+        old_drops = {t: ds for t, ds in old.schedule.drops if t < covered}
+        new_drops = {t: ds for t, ds in schedule.drops if t < covered}
+        if old_drops != new_drops:
+            t = min(set(old_drops) ^ set(new_drops) | {k for k in old_drops if old_drops[k] != new_drops.get(k)})
+            raise ScheduleError(f"drop_message[{str(t)!r}] changes an event of session {session_id!r}'s past; "
+                                "schedules may only be extended", field=f"drop_message.{t}", value=t)
+        old_rep = [r for r in old.schedule.repositions if r < covered]
+        new_rep = [r for r in schedule.repositions if r < covered]
+        if old_rep != new_rep:
+            raise ScheduleError(f"reposition {new_rep} changes session {session_id!r}'s past {old_rep}; schedules "
+                                "may only be extended", field="reposition", value=new_rep)
+
+    def update(self, session_id: str | None, messages: Sequence[Any], schedule: Schedule) -> None:
+        if session_id is None:
+            return
+        self._states[session_id] = SessionState(tuple(normalize_message(m, i) for i, m in enumerate(messages)),
+                                                schedule)
+        self._states.move_to_end(session_id)
+        while len(self._states) > self.capacity:
+            self._states.popitem(last=False)

@@ -1,0 +1,59 @@
+"""Task suites: generated agent trajectories with probes, stored as versioned HF datasets.
+
+Public surface::
+
+    from evals.tasks import build_suite, load_suite
+    info = build_suite("default")                 # ~/.cache/akv-rsi/suites/default-v1 (AKV_CACHE_DIR honoured)
+    tasks = load_suite("default", "train")        # list[Task]; also a path to a JSON-lines file or saved dataset
+    t = tasks[0]; p = t.probes[0]
+    t.context(p)                                  # messages 0..p.after_message
+    p.question, p.cloze_prefix, p.answer, p.candidates, p.evidence_ids
+
+See docs/tasks.md for the schema and the families.
+"""
+
+from evals.tasks.families import FAMILIES as FAMILY_REGISTRY
+from evals.tasks.generator import (
+    GENERATOR,
+    GENERATOR_VERSION,
+    SUITES,
+    SuiteSpec,
+    check_generated,
+    generate_split,
+    generate_task,
+    get_suite_spec,
+)
+from evals.tasks.measure import FamilySummary, measure, summarize, token_counter
+from evals.tasks.schema import FAMILIES, Probe, Task, mentions, message_text
+from evals.tasks.storage import SuiteInfo, build_suite, load_suite, save_jsonl, suite_dir, suites_root
+from evals.tasks.templates import ProbeTemplates, Wording, load_probe_templates
+
+__all__ = [
+    "FAMILIES",
+    "FAMILY_REGISTRY",
+    "GENERATOR",
+    "GENERATOR_VERSION",
+    "SUITES",
+    "FamilySummary",
+    "Probe",
+    "ProbeTemplates",
+    "SuiteInfo",
+    "SuiteSpec",
+    "Task",
+    "Wording",
+    "build_suite",
+    "check_generated",
+    "generate_split",
+    "generate_task",
+    "get_suite_spec",
+    "load_probe_templates",
+    "load_suite",
+    "measure",
+    "mentions",
+    "message_text",
+    "save_jsonl",
+    "suite_dir",
+    "suites_root",
+    "summarize",
+    "token_counter",
+]

@@ -1,0 +1,200 @@
+"""Trajectory builder: rounds of (assistant reasoning + tool call, tool response) sized to a budget.
+
+Message ids of a built trajectory (one tool call per round)::
+
+    0 system | 1 user | 2 assistant(call 0) | 3 tool(out 0) | ... | 2+2i assistant(call i) | 3+2i tool(out i)
+
+The assistant message of round i reflects on output i-1 (restating a few distractor facts, and the
+facts a family asked to keep) and plans call i. Families add rounds in order: :meth:`filler`,
+:meth:`evidence` (plants given facts among distractors), :meth:`inbox` and :meth:`update`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from evals.tasks import phrasing
+from evals.tasks.domains import Domain
+from evals.tasks.render import FORMATS, TABLE_FORMATS, Inbox, Item, Output, Table, sentence
+from evals.tasks.world import Record, World
+
+CHARS_PER_TOKEN = 2.75  # content characters per gemma token, measured on generated tasks (docs/tasks.md)
+ASSISTANT_CHARS = 260  # typical assistant message (reasoning + call)
+ROUND_CHARS = 1000  # typical round (assistant message + tool output): sets the number of rounds
+
+
+@dataclass
+class Round:
+    """One tool call and its response, as planned (emitted by :meth:`Builder.messages`)."""
+
+    tool: str
+    args: dict[str, Any]
+    text: str
+    shown: list[Item]
+    keep: list[Item] = field(default_factory=list)
+    lead: str = ""
+    topic: str = "records"
+    count: int = 1
+
+
+class Builder:
+    """Builds one trajectory for a world (see the module docstring).
+
+    Args:
+        domain, split, rng: as for :class:`World`.
+        target_tokens: the length to aim for (approximate: budgets are in characters).
+        min_rounds: the fewest rounds the family needs.
+    """
+
+    def __init__(self, domain: Domain, split: str, rng: random.Random, target_tokens: int, min_rounds: int) -> None:
+        self.domain, self.split, self.rng = domain, split, rng
+        self.world = World(domain, split, rng)
+        self.system = phrasing.system_prompt(domain, split, rng)
+        self.user = rng.choice(domain.tasks[split])
+        self.focus: list[tuple[str, str]] = []
+        self.rounds: list[Round] = []
+        remaining = max(0.0, target_tokens * CHARS_PER_TOKEN - len(self.system) - len(self.user))
+        self.n_rounds = max(min_rounds, round(remaining / ROUND_CHARS))
+        self.mean_budget = max(220.0, remaining / self.n_rounds - ASSISTANT_CHARS)
+
+    # ------------------------------------------------------------------ ids
+
+    @staticmethod
+    def tool_id(i: int) -> int:
+        return 3 + 2 * i
+
+    @property
+    def last_id(self) -> int:
+        return self.tool_id(len(self.rounds) - 1)
+
+    # ------------------------------------------------------------------ items
+
+    def _fields_for(self, type_name: str) -> tuple[str, ...]:
+        focus = [f for t, f in self.focus if t == type_name]
+        names = [f.name for f in self.domain.types[type_name].fields]
+        extra = self.rng.sample(names, self.rng.randint(1, min(3, len(names))))
+        return tuple(dict.fromkeys([*focus, *extra]))
+
+    def _pick(self, out: Output) -> Item:
+        if isinstance(out, Table):
+            return Item(self.world.pick(out.type_name), out.columns)
+        if self.focus and self.rng.random() < 0.6:
+            type_name, fname = self.rng.choice(self.focus)
+        else:
+            type_name = self.rng.choice(list(self.domain.types))
+            fname = self.rng.choice(self.domain.types[type_name].fields).name
+        fields: tuple[str, ...] = (fname,)
+        if self.rng.random() < 0.3:
+            other = self.rng.choice(self.domain.types[type_name].fields).name
+            fields = tuple(dict.fromkeys((fname, other)))
+        return Item(self.world.pick(type_name), fields)
+
+    def _output(self, tool: str | None, type_name: str | None, must: tuple[str, ...] = ()) -> Output:
+        tool = tool or self.rng.choice([*FORMATS, *TABLE_FORMATS, "sql_query"])
+        if tool in TABLE_FORMATS:
+            type_name = type_name or self.rng.choice([t for t, _ in self.focus] or list(self.domain.types))
+            columns = tuple(dict.fromkeys([*must, *self._fields_for(type_name)]))
+            return TABLE_FORMATS[tool](self.world, self.rng, type_name, columns)
+        return FORMATS[tool](self.world, self.rng)
+
+    def _fill(self, out: Output, planted: list[Item], budget: float) -> tuple[list[str], list[Item]]:
+        """Chunks of distractor items until ``budget`` characters, with ``planted`` items among them."""
+        allowed = {(it.record.key, f) for it in planted for f in it.fields}
+        seen = {(it.record.key, it.fields) for it in planted}
+        items: list[Item] = []
+        chunks: list[str] = []
+        size, misses = 0, 0
+        while misses < 40 and (len(items) < 2 or size < budget):
+            item = self._pick(out)
+            if (item.record.key, item.fields) in seen or any(
+                    self.world.is_secret(item.record.key, f) and (item.record.key, f) not in allowed
+                    for f in item.fields):
+                misses += 1
+                continue
+            seen.add((item.record.key, item.fields))
+            items.append(item)
+            chunks.append(out.chunk(item))
+            size += len(chunks[-1]) + 4  # chunk plus separator; headers and JSON layout add a little more
+        for it in planted:
+            pos = 0 if out.tool == "get_record" else self.rng.randint(0, len(items))
+            items.insert(pos, it)
+            chunks.insert(pos, out.chunk(it))
+        return chunks, items
+
+    def budget(self) -> float:
+        return self.mean_budget * self.rng.uniform(0.6, 1.4)
+
+    # ------------------------------------------------------------------ rounds
+
+    def _add(self, out: Output, chunks: list[str], shown: list[Item], keep: list[Item] | None = None) -> int:
+        text = out.text(chunks)  # before args(): some calls name what the output holds
+        topic = self.domain.tables.get(out.type_name or "", "records")
+        self.rounds.append(Round(out.tool, out.args(), text, shown, keep or [], topic=topic, count=len(chunks)))
+        return self.tool_id(len(self.rounds) - 1)
+
+    def filler(self, tool: str | None = None, type_name: str | None = None, budget: float | None = None) -> int:
+        """A round of distractor facts (``budget`` characters, default random); returns its tool message id."""
+        out = self._output(tool, type_name)
+        return self._add(out, *self._fill(out, [], budget if budget is not None else self.budget()))
+
+    def evidence(self, record: Record, fields: tuple[str, ...], keep: bool = False, tool: str | None = None) -> int:
+        """A round that shows ``fields`` of ``record`` (secret facts included) among distractors.
+
+        With ``keep`` the next assistant message restates those facts (evidence-restated).
+        """
+        out = self._output(tool, record.type, must=fields)
+        item = Item(record, out.columns if isinstance(out, Table) else fields)
+        chunks, shown = self._fill(out, [item], self.budget())
+        return self._add(out, chunks, shown, keep=[Item(record, fields)] if keep else None)
+
+    def inbox(self, email: str) -> int:
+        """A ``read_inbox`` round whose messages include ``email``."""
+        out = Inbox(self.world, self.rng)
+        chunks, shown = self._fill(out, [], self.budget() * 0.6)
+        chunks.insert(self.rng.randint(0, len(chunks)), email)
+        return self._add(out, chunks, shown)
+
+    def update(self, record: Record, status: str, note: str, lead: str) -> int:
+        """An ``update_record`` round: the assistant's ``lead`` reasoning, the call, the confirmation."""
+        args = {"id": record.key, "status": status, "note": note}
+        reply: dict[str, Any] = {"ok": True, "id": record.key, "status": status, "note": note, "updated_by": "agent"}
+        if self.split == "heldout":
+            reply = {"result": "updated", "record": {"id": record.key, "state": status, "remark": note}}
+        self.rounds.append(Round("update_record", args, json.dumps(reply, ensure_ascii=False), [], lead=lead))
+        return self.tool_id(len(self.rounds) - 1)
+
+    def fact(self, item: Item) -> str:
+        return " ".join(sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields)
+
+    # ------------------------------------------------------------------ messages
+
+    def _reasoning(self, i: int) -> str:
+        rnd, parts = self.rounds[i], []
+        if i == 0:
+            parts.append(phrasing.start(self.split, self.rng))
+        else:
+            prev = self.rounds[i - 1]
+            open_facts = [Item(it.record, (f,)) for it in prev.shown for f in it.fields
+                          if not self.world.is_secret(it.record.key, f)]
+            k = min(len(open_facts), self.rng.choices((0, 1, 2), (3, 5, 2))[0])
+            restate = [self.fact(it) for it in self.rng.sample(open_facts, k)]
+            keep = [self.fact(it) for it in prev.keep]
+            parts.append(phrasing.reflect(self.split, prev.tool, prev.count, restate, keep, self.rng))
+        parts.append(rnd.lead or phrasing.plan(self.split, rnd.tool, rnd.topic, self.rng))
+        return " ".join(parts)
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The trajectory as OpenAI-style messages (ids as in the module docstring)."""
+        msgs: list[dict[str, Any]] = [{"role": "system", "content": self.system},
+                                      {"role": "user", "content": self.user}]
+        for i, rnd in enumerate(self.rounds):
+            call_id = f"call_{self.rng.getrandbits(40):010x}"
+            msgs.append({"role": "assistant", "content": phrasing.content(self.split, self.rng),
+                         "reasoning_content": self._reasoning(i),
+                         "tool_calls": [{"id": call_id, "type": "function", "function": {
+                             "name": rnd.tool, "arguments": json.dumps(rnd.args, ensure_ascii=False)}}]})
+            msgs.append({"role": "tool", "tool_call_id": call_id, "name": rnd.tool, "content": rnd.text})
+        return msgs
