@@ -1,0 +1,127 @@
+"""Export a chosen cache policy as one standalone, standard-library-only Python module.
+
+The library call behind ``akv export``. The exported file holds the policy API (the code of
+``program_api.py``), the policy program (a seed for built-in families, the evolved source for
+programs) and its parameters, and exposes::
+
+    decide(messages, token_counts=None, previous=None) -> {"drop_message": ..., "reposition": ...}
+    apply(payload, token_counts=None) -> payload with the schedule fields set (a chat-completions body)
+
+and, run as a script, reads a request body on stdin and prints ``apply(body)``. Token counts come
+from the crude estimator ``estimate_tokens`` unless given; the in-framework policy reproduces an
+exported module's decisions when it is given the same counts. Text baselines, and policies that
+need sentence embeddings (relevance), cannot be exported: an export raises rather than silently
+deciding differently.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+from search_spaces import program_api
+from search_spaces.checker import check_program
+from search_spaces.errors import PolicyError
+from search_spaces.policy import Policy
+from search_spaces.program import ProgramPolicy
+from search_spaces.registry import FAMILIES
+from search_spaces.request import PolicyKind
+from search_spaces.seeds import seed_source
+
+_RUNNER = '''
+
+# ---- the policy program, run in its own namespace so its names never shadow the API above ----
+PROGRAM_SHA256 = {sha!r}
+PARAMS = {params!r}
+PROGRAM_SOURCE = {source}
+
+_program: dict = {{"__name__": "akv_policy_program"}}
+exec(compile(PROGRAM_SOURCE, "<akv-policy>", "exec"), _program)  # the program passed check_program
+
+
+def decide(messages, token_counts=None, previous=None):
+    """The cumulative cache schedule for ``messages`` (OpenAI-style dicts) as a wire-format dict.
+    ``token_counts``: tokens per message (default: ``estimate_tokens(messages)``)."""
+    counts = list(token_counts) if token_counts is not None else estimate_tokens(messages)
+    out = _program["decide"](RequestView(messages, counts, None, previous, None), dict(PARAMS))
+    return out.wire() if isinstance(out, Plan) else dict(out)
+
+
+def apply(payload, token_counts=None):
+    """A copy of the chat-completions request ``payload`` with this policy's schedule fields set."""
+    body = dict(payload)
+    for key in ("drop_message", "drop_rule", "reposition", "cache"):
+        body.pop(key, None)
+    body.update(decide(body["messages"], token_counts))
+    return body
+
+
+if __name__ == "__main__":
+    import sys
+
+    json.dump(apply(json.load(sys.stdin)), sys.stdout)
+'''
+
+
+def program_for(policy: Policy) -> tuple[str, dict[str, Any], str]:
+    """The (program source, parameters, label) that reproduce ``policy``.
+
+    Raises:
+        PolicyError: a text baseline, a policy that needs relevance, or a family without a seed.
+    """
+    if policy.kind is not PolicyKind.CACHE:
+        raise PolicyError(f"{policy.name} is a text baseline; only cache policies can be exported",
+                          field="policy", value=policy.name)
+    if policy.needs_relevance:
+        raise PolicyError(f"{policy.name} with these parameters needs sentence embeddings (relevance), which an "
+                          "exported module cannot compute; set the intent weights to 0", field="policy")
+    if isinstance(policy, ProgramPolicy):
+        return policy.source, policy.params, f"program {policy.sha256[:12]}"
+    family = FAMILIES.get(policy.name)
+    if family is None or family.seed is None:
+        raise PolicyError(f"policy {policy.name!r} has no program form to export", field="policy", value=policy.name)
+    return seed_source(family.seed), policy.params, policy.name
+
+
+def api_code() -> str:
+    """The code of ``program_api.py`` without its docstring and ``__future__`` import."""
+    source = Path(program_api.__file__).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    first = tree.body[0]
+    start = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+    lines = source.splitlines()[start or 0:]
+    return "\n".join(line for line in lines if line.strip() != "from __future__ import annotations").strip()
+
+
+def _literal(text: str) -> str:
+    if "'''" not in text and not text.endswith("\\") and "\\" not in text:
+        return "'''" + text + "'''"
+    return repr(text)
+
+
+def export_policy(policy: Policy, path: str | Path) -> Path:
+    """Write ``policy`` with its parameters as one standalone module at ``path`` (see the module
+    docstring). Returns the path.
+
+    Raises:
+        PolicyError: the policy cannot be exported (see :func:`program_for`) or its program is refused.
+    """
+    source, params, label = program_for(policy)
+    check = check_program(source)
+    if not check.ok:
+        raise PolicyError(f"cannot export: the program is refused: {check.reason}", field="policy")
+    params = json.loads(json.dumps(params))
+    header = (f'"""AKV cache policy: {label}, exported by search_spaces.export (standard library only).\n\n'
+              "    decide(messages, token_counts=None) -> {\"drop_message\": ..., \"reposition\": ...}\n"
+              "        (a reasoning-dropping policy gives \"drop_rule\" instead of \"drop_message\")\n"
+              "    apply(payload, token_counts=None) -> the request body with the schedule fields set\n"
+              "    python this_file.py < body.json  prints apply(body)\n\n"
+              "Token counts default to estimate_tokens(): 4 tokens of turn markup plus one per 4 characters.\n"
+              "Regenerate rather than edit.\n"
+              '"""\n\nfrom __future__ import annotations\n\n')
+    text = header + api_code() + "\n" + _RUNNER.format(sha=check.sha256, params=params, source=_literal(source))
+    out = Path(path)
+    out.write_text(text, encoding="utf-8")
+    return out

@@ -1,0 +1,224 @@
+"""Policy programs: run them (only) in the sandbox, validate what they return, tune their space.
+
+- :func:`run_program` checks a program, runs it on a batch of episodes in one sandbox process and
+  validates every decision; any failure is a :class:`SandboxResult` with its reason (never a raise,
+  never a fake score).
+- :func:`suggest_params` evaluates ``space(trial)`` in the sandbox against a real Optuna trial:
+  each ``suggest_*`` call in the child is forwarded to the trial in the parent as it happens.
+- :class:`ProgramPolicy` makes a program an ordinary :class:`Policy`; failures raise
+  :class:`ProgramFailure` carrying the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from search_spaces.checker import CheckResult, check_program
+from search_spaces.decision import Decision, cache_decision
+from search_spaces.embed import Embedder
+from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
+from search_spaces.policy import Policy
+from search_spaces.request import Episode, Request
+from search_spaces.sandbox import SandboxLimits, Status, one_line, run_child
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """The record of one sandboxed evaluation.
+
+    Attributes:
+        status: how it ended; ``ok``/``timed_out``/``error`` are derived flags.
+        reason: ``"ok"`` or one line fit to show a proposer.
+        sha256: the program's hash.
+        wall_seconds: time spent in the sandbox.
+        decisions: per episode, the validated decisions (empty unless ok).
+        params: what ``space(trial)`` returned (:func:`suggest_params` only).
+    """
+
+    status: Status
+    reason: str
+    sha256: str
+    wall_seconds: float = 0.0
+    decisions: tuple[tuple[Decision, ...], ...] = ()
+    params: Mapping[str, Any] | None = field(default=None)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status is Status.TIMEOUT
+
+    @property
+    def error(self) -> bool:
+        """Any failure other than a timeout (refused, crashed, raised, invalid, too large)."""
+        return not self.ok and not self.timed_out
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-able summary for logs and trackers."""
+        return {"status": self.status.value, "ok": self.ok, "timed_out": self.timed_out, "error": self.error,
+                "reason": self.reason, "sha256": self.sha256, "wall_seconds": round(self.wall_seconds, 3)}
+
+
+def _episode_job(ep: Episode, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"messages": [dict(m) for m in ep.messages], "tokens": list(ep.token_counts), "cuts": list(ep.cuts),
+            "relevance": list(ep.relevance) if ep.relevance is not None else None,
+            "previous": dict(previous) if previous is not None else None}
+
+
+def _job_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return json.loads(json.dumps(dict(params)))
+    except (TypeError, ValueError) as err:
+        raise ParameterError(f"program parameters must be JSON values: {err}", field="params") from err
+
+
+def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episode],
+                limits: SandboxLimits | None = None) -> SandboxResult:
+    """Check ``source``, run ``decide`` on every request of ``episodes`` in one sandbox process
+    (each request carries the program's previous decision) and validate each decision. The program
+    gets its ``DEFAULTS`` updated with ``params``; a name outside ``DEFAULTS`` is a failure.
+
+    Raises:
+        ParameterError: ``params`` are not JSON values (a caller mistake).
+    """
+    limits = limits or SandboxLimits()
+    check = check_program(source)
+    if not check.ok:
+        return SandboxResult(Status.REFUSED, check.reason, check.sha256)
+    if check.defaults is not None and set(params) - set(check.defaults):
+        unknown = sorted(set(params) - set(check.defaults))[0]
+        return SandboxResult(Status.INVALID, f"parameter {unknown!r} is not in the program's DEFAULTS", check.sha256)
+    job = {"mode": "decide", "source": source, "params": _job_params({**(check.defaults or {}), **params}),
+           "episodes": [_episode_job(e) for e in episodes]}
+    out = run_child(job, limits)
+    if out.status is not Status.OK or out.answer is None:
+        return SandboxResult(out.status, out.reason, check.sha256, out.wall_seconds)
+    raw = out.answer.get("episodes")
+    if not isinstance(raw, list) or len(raw) != len(episodes) or any(
+            not isinstance(w, list) or len(w) != len(e.cuts) for w, e in zip(raw, episodes)):
+        return SandboxResult(Status.CRASHED, "the sandbox answered with the wrong number of decisions",
+                             check.sha256, out.wall_seconds)
+    validated = []
+    for e, (episode, wires) in enumerate(zip(episodes, raw)):
+        decisions: list[Decision] = []
+        previous: tuple[Any, int] = (None, 0)
+        for n, wire in zip(episode.cuts, wires):
+            try:
+                decisions.append(cache_decision(wire, episode.request(n, *previous)))
+            except DecisionError as err:
+                return SandboxResult(Status.INVALID, one_line(f"episode {e}: {err}"), check.sha256, out.wall_seconds)
+            previous = (wire, n)
+        validated.append(tuple(decisions))
+    return SandboxResult(Status.OK, "ok", check.sha256, out.wall_seconds, tuple(validated))
+
+
+def suggest_params(source: str, trial: Any, limits: SandboxLimits | None = None) -> SandboxResult:
+    """Draw the parameters of program ``source`` from Optuna ``trial`` by running ``space(trial)``
+    in the sandbox: each ``suggest_*`` call is forwarded to ``trial`` as it happens, so conditional
+    spaces draw exactly the parameters their branches reach. ``result.params`` holds what ``space``
+    returned; a suggestion Optuna refuses makes the result ``INVALID``."""
+    limits = limits or SandboxLimits()
+    check = check_program(source)
+    if not check.ok:
+        return SandboxResult(Status.REFUSED, check.reason, check.sha256)
+    out = run_child({"mode": "space", "source": source}, limits, answer=lambda spec: _ask(trial, spec))
+    if out.status is not Status.OK or out.answer is None:
+        reason = out.reason if out.reason.startswith("space(trial)") else f"space(trial): {out.reason}"
+        return SandboxResult(out.status, reason, check.sha256, out.wall_seconds)
+    return SandboxResult(Status.OK, "ok", check.sha256, out.wall_seconds, params=MappingProxyType(out.answer["params"]))
+
+
+def _ask(trial: Any, call: Mapping[str, Any]) -> Any:
+    if not isinstance(call, Mapping):
+        raise TypeError("a suggestion must be an object")
+    name, kind = call["name"], call["kind"]
+    if kind == "int":
+        return trial.suggest_int(name, call["low"], call["high"], step=call.get("step") or 1, log=call["log"])
+    if kind == "float":
+        return trial.suggest_float(name, call["low"], call["high"], step=call.get("step"), log=call["log"])
+    if kind == "categorical":
+        return trial.suggest_categorical(name, call["choices"])
+    raise ValueError(f"unknown suggestion kind {kind!r}")
+
+
+class ProgramPolicy(Policy):
+    """A policy program as a :class:`Policy` (every call runs in the sandbox).
+
+    Args:
+        source: the program text (checked at once).
+        params: parameter values; with a ``DEFAULTS`` dict in the program, names outside it are
+            refused and missing ones take their defaults.
+        limits: sandbox limits per call.
+        embedder: computes relevance when the program's ``NEEDS`` asks for it.
+
+    Raises:
+        ProgramFailure: the static check refuses ``source``.
+        ParameterError: an unknown parameter, or a value that is not JSON.
+    """
+
+    name = "program"
+
+    def __init__(self, source: str, params: Mapping[str, Any], *, limits: SandboxLimits | None = None,
+                 embedder: Embedder | None = None) -> None:
+        super().__init__(embedder)
+        self.check: CheckResult = check_program(source)
+        if not self.check.ok:
+            raise ProgramFailure(f"program refused: {self.check.reason}",
+                                 result=SandboxResult(Status.REFUSED, self.check.reason, self.check.sha256))
+        defaults = dict(self.check.defaults or {})
+        unknown = sorted(set(params) - set(defaults)) if self.check.defaults is not None else []
+        if unknown:
+            raise ParameterError(f"program: unknown parameter {unknown[0]!r}; valid parameters: "
+                                 f"{', '.join(defaults)}", field=unknown[0], value=params[unknown[0]])
+        self.source = source
+        self.limits = limits or SandboxLimits()
+        self._params = _job_params({**defaults, **params})
+
+    @property
+    def sha256(self) -> str:
+        return self.check.sha256
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._params)
+
+    @property
+    def needs_relevance(self) -> bool:
+        if "relevance" not in self.check.needs:
+            return False
+        switches = self.check.needs["relevance"]
+        return not switches or any(self._params.get(k, 0) not in (0, None, False) for k in switches)
+
+    def propose(self, request: Request) -> Mapping[str, Any]:
+        episode = Episode(request.messages, request.token_counts, (request.n,), request.relevance)
+        job = {"mode": "decide", "source": self.source, "params": self._params,
+               "episodes": [_episode_job(episode, request.previous)]}
+        out = run_child(job, self.limits)
+        if out.status is not Status.OK or out.answer is None:
+            raise ProgramFailure(f"program failed: {out.reason}",
+                                 result=SandboxResult(out.status, out.reason, self.sha256, out.wall_seconds))
+        wire: Mapping[str, Any] = out.answer["episodes"][0][0]
+        return wire
+
+    def run_episodes(self, episodes: Sequence[Episode]) -> list[tuple[Decision, ...]]:
+        """All episodes in one sandbox call. Raises :class:`ProgramFailure` (with ``.result``)."""
+        if self.needs_relevance:
+            episodes = [e if e.relevance is not None else Episode(e.messages, e.token_counts, e.cuts,
+                                                                  self.relevance_for(e.messages)) for e in episodes]
+        result = run_program(self.source, self._params, episodes, self.limits)
+        if not result.ok:
+            raise ProgramFailure(f"program failed: {result.reason}", result=result)
+        return list(result.decisions)
+
+    def space(self, trial: Any) -> dict[str, Any]:
+        """This program's ``space(trial)``, run in the sandbox. Raises :class:`ProgramFailure`."""
+        result = suggest_params(self.source, trial, self.limits)
+        if not result.ok or result.params is None:
+            raise ProgramFailure(f"program space failed: {result.reason}", result=result)
+        return dict(result.params)

@@ -1,0 +1,300 @@
+"""# Writing a KV-cache policy program
+
+A policy program is one Python file that decides, at every request of an agent session, which
+messages the model stops attending to (their KV is *dropped*; the text stays) and when position
+ids are compacted (*reposition*). It is run in a sandbox, many requests at a time.
+
+## What the file must define
+
+```python
+DEFAULTS = {"keep": 12}            # optional, a literal dict: every parameter and its default
+NEEDS = {"relevance": ["w_intent"]}  # optional, a literal dict; see "Inputs on request" below
+
+def decide(request, params):       # -> request.plan() or a wire-format dict
+    ...
+
+def space(trial):                  # -> dict of parameters, drawn with trial.suggest_*
+    return {"keep": trial.suggest_int("keep", 1, 32)}
+```
+
+`params` is `DEFAULTS` updated with the values being evaluated (a plain dict); a parameter name
+that `DEFAULTS` does not list fails the candidate. `space` receives an object with Optuna's
+`suggest_int(name, low, high, step=1, log=False)`, `suggest_float(name, low, high, step=None,
+log=False)` and `suggest_categorical(name, choices)`; it may branch on earlier answers, and only
+the parameters it reaches are drawn. Complete examples: the seed programs `full`, `rolling_drop`
+(the expert policy: keep the last 12 tool responses), `thinking_drop` and `scored_drop`.
+
+## The schedule you return (cumulative, stable)
+
+Message ids are 0-based indices into `request.messages`. Return the *whole* schedule since the
+start of the session, never only the new part:
+
+- `plan.drop(trigger, ids)`: after message `trigger` is processed, messages `ids` leave the KV.
+  Every id must be `<= trigger` and `< request.n`; a message is dropped at most once.
+- `plan.drop_reasoning(trigger, ids)`: the same for the reasoning part of assistant messages only.
+- `plan.reposition(trigger)`: after message `trigger` (after its drops), compact positions.
+  Triggers must be strictly increasing.
+
+A decision must be *stable*: what you return for a longer history must contain, unchanged, every
+entry you returned for a shorter one, and add nothing at triggers that earlier requests already
+covered. The easy way: scan the messages from the start and decide each trigger from the
+messages up to it only (never look ahead), as the seeds do. A violation fails the candidate.
+
+Instead of a plan you may return the wire format itself:
+`{"drop_message": {"7": [3, 5]}, "reposition": [7]}`.
+
+## The request
+
+| name | meaning |
+|---|---|
+| `request.n` | number of messages |
+| `request.messages` | tuple of messages (read-only, see below) |
+| `request.tokens` | tuple of token counts, one per message |
+| `request.call_index` | assistant turns before this request |
+| `request.previous` | what this policy returned for the previous request (dict), or `None` |
+| `request.relevance` | tuple of floats (similarity of each message to the first user message) or `None` |
+| `request.total_tokens()` | sum of all token counts |
+| `request.tokens_since(i)` | tokens of messages `i .. n-1` |
+| `request.tokens_between(a, b)` | tokens of messages `a .. b-1` |
+| `request.tool_responses()` | ids of tool messages, oldest first |
+| `request.assistant_turns()` | ids of assistant messages |
+| `request.user_messages()` | ids of user messages |
+| `request.with_reasoning()` | ids of assistant messages that have reasoning |
+| `request.calls_before(i)` | number of assistant messages before message `i` |
+| `request.call_starts()` | ids of the first non-assistant message after each assistant message |
+| `request.is_call_start(i)` | whether message `i` is such a message |
+| `request.entities(i)` | frozenset of lowercased numbers, ids and capitalised names in message `i` |
+| `request.plan()` | a new empty plan |
+
+A message `m` has `m.index`, `m.role` ("system", "user", "assistant", "tool"), `m.content`,
+`m.reasoning` ("" when none), `m.has_reasoning`, `m.tool_calls` (tuple of `(name, arguments)`),
+`m.name`, `m.tool_call_id`, `m.tokens`, `m.text` (content, reasoning and calls joined),
+`m.is_system`, `m.is_user`, `m.is_assistant`, `m.is_tool`. A plan has `drop`, `drop_reasoning`,
+`reposition`, `dropped()` (set of dropped ids) and `wire()`.
+
+## Inputs on request
+
+`relevance` is computed (with a sentence-embedding model) only when the program asks for it:
+`NEEDS = {"relevance": ["w_intent"]}` means "compute it when any of these parameters is
+nonzero"; an empty list means always. Otherwise `request.relevance` is `None`.
+
+## The language
+
+Plain Python functions, loops, comprehensions, `lambda`, `try`/`except`, dicts, lists, sets,
+tuples, strings and numbers. Allowed modules: `math`, `re`, `statistics`. Allowed builtins: the
+usual pure ones (`len`, `range`, `sorted`, `min`, `max`, `sum`, `enumerate`, `zip`, `abs`,
+`round`, `int`, `float`, `str`, `list`, `dict`, `set`, ...). Not allowed: other imports, `open`,
+`eval`, `exec`, `getattr`, classes, `global`, `with`, `yield`, attribute assignment, and any name
+or attribute starting with `_`. At most 20 KB of source. Each batch of requests runs under CPU,
+memory and wall-clock limits; an exception, a timeout or an invalid schedule fails the candidate
+with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_IDENT = re.compile(r"\b[A-Za-z]+[-_]?\d[\w-]*")
+_NAME = re.compile(r"\b[A-Z][A-Za-z]{2,}\b")
+_COMMON = frozenset(str.split(
+    "the this that these those there then what which when where why how and but for now next let yes "
+    "not all any its our you your was are has had here step"))
+
+
+def entities(text: str) -> frozenset[str]:
+    """Lowercased numbers of two or more characters, ids (``row3-4``, ``c12``) and capitalised
+    names (common sentence words aside) found in ``text``."""
+    found = {m.group(0) for m in _NUMBER.finditer(text) if len(m.group(0)) > 1}
+    found |= {m.group(0).lower() for m in _IDENT.finditer(text)}
+    found |= {w.lower() for w in _NAME.findall(text) if w.lower() not in _COMMON}
+    return frozenset(found)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def _tool_calls(raw: Any) -> tuple[tuple[str, str], ...]:
+    calls = []
+    for call in raw or ():
+        fn = call.get("function", call) if isinstance(call, Mapping) else {}
+        args = fn.get("arguments", {})
+        text = args if isinstance(args, str) else json.dumps(args, sort_keys=True, ensure_ascii=False)
+        calls.append((str(fn.get("name") or ""), text))
+    return tuple(calls)
+
+
+def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> list[int]:
+    """A crude, dependency-free token count per message: 4 tokens of turn markup plus one token
+    per 4 characters of content, reasoning and tool calls (rounded up). Exported policies use it
+    when no counts are given; pass the same counts to the in-framework policy to match them.
+    """
+    counts = []
+    for m in messages:
+        chars = len(_content_text(m.get("content"))) + len(m.get("reasoning_content") or "")
+        chars += sum(len(name) + len(args) + 24 for name, args in _tool_calls(m.get("tool_calls")))
+        counts.append(4 + math.ceil(chars / 4))
+    return counts
+
+
+class Message:
+    """One message of the request, read-only by convention (programs cannot assign attributes)."""
+
+    __slots__ = ("content", "index", "name", "reasoning", "role", "tokens", "tool_call_id", "tool_calls")
+
+    def __init__(self, index: int, data: Mapping[str, Any], tokens: int) -> None:
+        self.index = index
+        self.role = str(data.get("role", ""))
+        self.content = _content_text(data.get("content"))
+        self.reasoning = str(data.get("reasoning_content") or "")
+        self.tool_calls = _tool_calls(data.get("tool_calls"))
+        self.name = str(data.get("name") or "")
+        self.tool_call_id = str(data.get("tool_call_id") or "")
+        self.tokens = tokens
+
+    @property
+    def has_reasoning(self) -> bool:
+        return bool(self.reasoning)
+
+    @property
+    def is_system(self) -> bool:
+        return self.role in ("system", "developer")
+
+    @property
+    def is_user(self) -> bool:
+        return self.role == "user"
+
+    @property
+    def is_assistant(self) -> bool:
+        return self.role == "assistant"
+
+    @property
+    def is_tool(self) -> bool:
+        return self.role == "tool"
+
+    @property
+    def text(self) -> str:
+        """Content, reasoning and tool calls joined by newlines (what entities are read from)."""
+        parts = [self.content, self.reasoning] + [f"{name} {args}" for name, args in self.tool_calls]
+        return "\n".join(p for p in parts if p)
+
+
+class Plan:
+    """A cumulative schedule under construction; ``wire()`` gives the wire-format dict."""
+
+    def __init__(self) -> None:
+        self._drops: dict[int, list[int]] = {}
+        self._thinking: dict[int, list[int]] = {}
+        self._repositions: list[int] = []
+
+    def drop(self, trigger: int, ids: Iterable[int]) -> None:
+        ids = [int(i) for i in ids]
+        if ids:
+            self._drops.setdefault(int(trigger), []).extend(ids)
+
+    def drop_reasoning(self, trigger: int, ids: Iterable[int]) -> None:
+        ids = [int(i) for i in ids]
+        if ids:
+            self._thinking.setdefault(int(trigger), []).extend(ids)
+
+    def reposition(self, trigger: int) -> None:
+        self._repositions.append(int(trigger))
+
+    def dropped(self) -> set[int]:
+        """Ids of the messages dropped so far (whole messages, not reasoning parts)."""
+        return {i for ids in self._drops.values() for i in ids}
+
+    def wire(self) -> dict[str, Any]:
+        def table(d: dict[int, list[int]]) -> dict[str, list[int]]:
+            return {str(t): sorted(ids) for t, ids in sorted(d.items())}
+
+        out: dict[str, Any] = {}
+        if not self._thinking:
+            out["drop_message"] = table(self._drops)
+        else:
+            rules = [{"type": "thinking_drop", "drop_messages": table(self._thinking)}]
+            if self._drops:
+                rules.insert(0, {"type": "message_drop", "drop_messages": table(self._drops)})
+            out["drop_rule"] = rules[0] if len(rules) == 1 else rules
+        out["reposition"] = list(self._repositions)
+        return out
+
+
+class RequestView:
+    """What a program sees of one request (see the module docstring for every name)."""
+
+    __slots__ = ("_calls", "_entities", "_prefix", "_previous", "call_index", "messages", "n", "relevance", "tokens")
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
+                 previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None) -> None:
+        if len(tokens) != len(messages):
+            raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
+        self.messages = tuple(Message(i, m, int(tokens[i])) for i, m in enumerate(messages))
+        self.tokens = tuple(int(t) for t in tokens)
+        self.n = len(self.messages)
+        self._calls = [0]
+        for m in self.messages:
+            self._calls.append(self._calls[-1] + (1 if m.is_assistant else 0))
+        self.call_index = self._calls[-1] if call_index is None else int(call_index)
+        self._previous = json.loads(json.dumps(previous)) if previous is not None else None
+        self.relevance = tuple(float(r) for r in relevance) if relevance is not None else None
+        self._prefix = [0]
+        for t in self.tokens:
+            self._prefix.append(self._prefix[-1] + t)
+        self._entities: dict[int, frozenset[str]] = {}
+
+    @property
+    def previous(self) -> dict[str, Any] | None:
+        """A fresh copy of the previous decision, so a program cannot alter the record."""
+        return json.loads(json.dumps(self._previous)) if self._previous is not None else None
+
+    def total_tokens(self) -> int:
+        return self._prefix[-1]
+
+    def tokens_since(self, i: int) -> int:
+        return self._prefix[-1] - self._prefix[max(0, min(i, self.n))]
+
+    def tokens_between(self, a: int, b: int) -> int:
+        a, b = max(0, min(a, self.n)), max(0, min(b, self.n))
+        return max(0, self._prefix[b] - self._prefix[a])
+
+    def tool_responses(self) -> list[int]:
+        return [m.index for m in self.messages if m.is_tool]
+
+    def assistant_turns(self) -> list[int]:
+        return [m.index for m in self.messages if m.is_assistant]
+
+    def user_messages(self) -> list[int]:
+        return [m.index for m in self.messages if m.is_user]
+
+    def with_reasoning(self) -> list[int]:
+        return [m.index for m in self.messages if m.is_assistant and m.has_reasoning]
+
+    def calls_before(self, i: int) -> int:
+        return self._calls[max(0, min(i, self.n))]
+
+    def is_call_start(self, i: int) -> bool:
+        return 0 < i < self.n and not self.messages[i].is_assistant and self.messages[i - 1].is_assistant
+
+    def call_starts(self) -> list[int]:
+        return [i for i in range(self.n) if self.is_call_start(i)]
+
+    def entities(self, i: int) -> frozenset[str]:
+        if i not in self._entities:
+            self._entities[i] = entities(self.messages[i].text)
+        return self._entities[i]
+
+    def plan(self) -> Plan:
+        return Plan()
+
+
+API_CLASSES = (Message, Plan, RequestView)

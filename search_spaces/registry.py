@@ -1,0 +1,100 @@
+"""The policy registry: every built-in family by name, with its Optuna space and its seed program.
+
+``get_policy(name, **params)`` is the one way to build a policy by name; ``"program"`` wraps
+program source (``get_policy("program", source=src, keep=3)``). Unknown names raise
+:class:`UnknownPolicyError` listing the valid ones; unknown parameters raise
+:class:`ParameterError` naming the parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from search_spaces.errors import ParameterError, UnknownPolicyError
+from search_spaces.families import full, rolling, scored, text, thinking
+from search_spaces.policy import Policy
+from search_spaces.request import PolicyKind
+
+
+@dataclass(frozen=True)
+class Family:
+    """A built-in policy family.
+
+    Attributes:
+        name: registry name.
+        kind: ``cache`` or ``text``.
+        factory: ``(**params_and_options) -> Policy``.
+        space: ``(optuna trial) -> params`` (the family's declared parameter space).
+        seed: name of the equivalent seed program under ``search_spaces/seeds`` (cache families).
+        summary: one line for listings.
+    """
+
+    name: str
+    kind: PolicyKind
+    factory: Callable[..., Policy]
+    space: Callable[[Any], dict[str, Any]]
+    seed: str | None
+    summary: str
+
+
+def _summarize(name: str) -> Callable[..., Policy]:
+    def make(**kwargs: Any) -> Policy:
+        return text.Summarize(name, **kwargs)
+
+    return make
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("full", PolicyKind.CACHE, full.Full, full.space, "full", "no cache operations (reference point)"),
+    Family("rolling_drop", PolicyKind.CACHE, rolling.RollingDrop, rolling.space, "rolling_drop",
+           "expert policy: keep the last K tool responses' KV"),
+    Family("thinking_drop", PolicyKind.CACHE, thinking.ThinkingDrop, thinking.space, "thinking_drop",
+           "drop the reasoning of earlier assistant turns"),
+    Family("scored_drop", PolicyKind.CACHE, scored.ScoredDrop, scored.space, "scored_drop",
+           "drop the lowest-scoring messages over a KV budget"),
+    Family("standard", PolicyKind.TEXT, _summarize("standard"), text.summary_space, None,
+           "summarize at 0.75 x window (baseline)"),
+    Family("text_engineering", PolicyKind.TEXT, _summarize("text_engineering"), text.summary_space, None,
+           "summarize at 0.375 x window (baseline)"),
+    Family("trim", PolicyKind.TEXT, text.Trim, text.trim_space, None, "delete old rounds from the text (baseline)"),
+)}
+
+PROGRAM = "program"
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every name :func:`get_policy` accepts."""
+    return (*FAMILIES, PROGRAM)
+
+
+def get_family(name: str) -> Family:
+    """The built-in family ``name``.
+
+    Raises:
+        UnknownPolicyError: listing the valid names.
+    """
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise UnknownPolicyError(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}",
+                                 field="policy", value=name) from None
+
+
+def get_policy(name: str, **params: Any) -> Policy:
+    """Build policy ``name`` with ``params`` (plus options such as ``summarizer=``, ``counter=``
+    for text baselines and ``embedder=`` for ``scored_drop``).
+
+    ``name == "program"`` takes ``source=`` (program text) and the program's parameters.
+
+    Raises:
+        UnknownPolicyError: an unknown name (the message lists the valid names).
+        ParameterError: an unknown parameter (named) or a value out of range.
+    """
+    if name == PROGRAM:
+        source = params.pop("source", None)
+        if not isinstance(source, str):
+            raise ParameterError("program: the parameter 'source' (program text) is required", field="source")
+        return Policy.from_program(source, params)
+    return get_family(name).factory(**params)

@@ -1,0 +1,231 @@
+"""The sandbox process: run a job in an isolated child interpreter under hard limits.
+
+The second wall around policy programs (the first is ``checker.py``). A job runs in
+``python -I -S -B sandbox_child.py`` (standard library only, empty environment, a fresh temporary
+working directory, its own session so the whole group can be killed), which confines itself with
+rlimits before compiling the program (see ``sandbox_child.py``). This module enforces the
+wall-clock limit and the output cap from outside and turns every way a child can end into a
+:class:`ChildOutput` with a :class:`Status` and a one-line reason. It never imports or runs a
+program in the calling process, and it knows nothing about decisions (``program.py`` does).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHILD = Path(__file__).resolve().with_name("sandbox_child.py")
+_STDERR_CAP = 64_000
+
+
+class Status(enum.Enum):
+    """How a sandboxed run ended."""
+
+    OK = "ok"
+    REFUSED = "refused"  # the static check refused the program; it never ran
+    TIMEOUT = "timeout"  # CPU time or wall-clock limit
+    MEMORY = "memory"  # the memory limit
+    ERROR = "error"  # the program raised, or returned something that is not a decision
+    CRASHED = "crashed"  # the child died without an answer
+    OUTPUT_LIMIT = "output_limit"  # the answer was too large
+    INVALID = "invalid"  # a decision broke the wire-format rules or rewrote the past
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits of one sandbox call (one batch).
+
+    Attributes:
+        cpu_seconds: CPU time (RLIMIT_CPU; SIGXCPU ends the child).
+        wall_seconds: wall-clock time, enforced by the parent (kills the process group).
+        memory_mb: address space (RLIMIT_AS).
+        max_output_bytes: size of the JSON answer.
+    """
+
+    cpu_seconds: int = 20
+    wall_seconds: float = 60.0
+    memory_mb: int = 512
+    max_output_bytes: int = 16_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_seconds", "wall_seconds", "memory_mb", "max_output_bytes"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
+
+    def for_child(self) -> dict[str, int]:
+        return {"cpu_seconds": max(1, int(self.cpu_seconds)), "memory_bytes": self.memory_mb * 2**20,
+                "max_output_bytes": self.max_output_bytes}
+
+
+@dataclass(frozen=True)
+class ChildOutput:
+    """What came back from one child: its status, a one-line reason, the parsed answer (OK only)."""
+
+    status: Status
+    reason: str
+    answer: dict[str, Any] | None
+    wall_seconds: float
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line, at most ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run_child(job: dict[str, Any], limits: SandboxLimits, answer: Callable[[dict[str, Any]], Any] | None = None,
+              ) -> ChildOutput:
+    """Run ``job`` (see ``sandbox_child.py``) and classify how it ended; never raises for the
+    child's behaviour (only ``TypeError`` for a job that is not JSON, a caller mistake).
+
+    ``answer`` serves a ``space`` job's questions (``{"ask": spec}`` lines) with a value; if it
+    raises ``ValueError``/``TypeError``/``KeyError``, the child is stopped and the run is ``INVALID``.
+    """
+    payload = json.dumps({**job, "limits": limits.for_child()}).encode() + b"\n"
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="akv-sandbox-") as tmp, tempfile.TemporaryFile() as stdin:
+        if answer is None:
+            stdin.write(payload)
+            stdin.seek(0)
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", str(CHILD)], stdin=stdin if answer is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, cwd=tmp, start_new_session=True, close_fds=True)
+        dialog = _Dialog(proc, payload, answer) if answer is not None else None
+        out, err, ended = _collect(proc, start + limits.wall_seconds, limits.max_output_bytes + 4096, dialog)
+        wall = time.monotonic() - start
+    if dialog is not None and dialog.failure:
+        return ChildOutput(Status.INVALID, one_line(dialog.failure), None, wall)
+    return _classify(proc.returncode, out, err, ended, limits, wall)
+
+
+def _classify(rc: int, out: bytes, err: bytes, ended: str, limits: SandboxLimits, wall: float) -> ChildOutput:
+    if ended == "wall":
+        return ChildOutput(Status.TIMEOUT, f"wall-clock limit of {limits.wall_seconds:g} s exceeded", None, wall)
+    if ended == "output":
+        return ChildOutput(Status.OUTPUT_LIMIT, f"the answer exceeds {limits.max_output_bytes} bytes", None, wall)
+    if rc < 0:
+        sig = -rc
+        if sig == signal.SIGXCPU:
+            return ChildOutput(Status.TIMEOUT, f"CPU time limit of {limits.for_child()['cpu_seconds']} s exceeded",
+                               None, wall)
+        if sig == signal.SIGXFSZ:
+            return ChildOutput(Status.CRASHED, "the program tried to write a file", None, wall)
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        return ChildOutput(Status.CRASHED, f"the sandbox process was killed by {name}", None, wall)
+    tail = one_line(err.decode(errors="replace").strip().splitlines()[-1]) if err.strip() else "no message"
+    if rc != 0:
+        if b"MemoryError" in err:
+            return ChildOutput(Status.MEMORY, f"memory limit of {limits.memory_mb} MB exceeded", None, wall)
+        return ChildOutput(Status.CRASHED, f"the sandbox process exited with code {rc}: {tail}", None, wall)
+    try:
+        answer = json.loads(out)
+    except (ValueError, RecursionError):
+        return ChildOutput(Status.CRASHED, f"the sandbox process gave no readable answer: {tail}", None, wall)
+    status = {s.value: s for s in Status}.get(str(answer.get("status"))) if isinstance(answer, dict) else None
+    if status is None or not isinstance(answer, dict):
+        return ChildOutput(Status.CRASHED, "the sandbox process gave a malformed answer", None, wall)
+    if status is Status.MEMORY:
+        return ChildOutput(status, f"memory limit of {limits.memory_mb} MB exceeded: {answer.get('reason')}",
+                           None, wall)
+    if status is not Status.OK:
+        return ChildOutput(status, one_line(answer.get("reason", status.value)), None, wall)
+    return ChildOutput(Status.OK, "ok", answer, wall)
+
+
+class _Dialog:
+    """The parent's side of a ``space`` job: sends the job, answers ``{"ask": ...}`` lines."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, answer: Callable[[dict[str, Any]], Any]) -> None:
+        self.proc, self.answer = proc, answer
+        self.failure = ""
+        self._send(payload)
+
+    def _send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the child is gone; how it ended is read from its exit status
+
+    def serve(self, out: bytearray) -> bool:
+        """Answer every complete question line at the start of ``out`` (removing it); False to stop."""
+        while b"\n" in out:
+            line = bytes(out).partition(b"\n")[0]
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                return True  # not a question: the final answer, read at exit
+            if not isinstance(msg, dict) or "ask" not in msg:
+                return True
+            del out[: len(line) + 1]
+            try:
+                value = self.answer(msg["ask"])
+            except (ValueError, TypeError, KeyError) as err:
+                self.failure = f"space(trial): {msg['ask'].get('name')!r}: {err}"
+                return False
+            self._send(json.dumps({"value": value}).encode() + b"\n")
+        return True
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float, cap: int, dialog: _Dialog | None = None,
+             ) -> tuple[bytes, bytes, str]:
+    """Read stdout (up to ``cap`` bytes) and stderr (its tail) until both close, the deadline
+    passes, stdout overflows or the dialog stops; kill the process group unless it exited. Returns
+    (stdout, stderr, how it ended: ``"exit"``, ``"wall"``, ``"output"`` or ``"stopped"``)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    ended = "exit"
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                ended = "wall"
+                break
+            for key, _ in sel.select(timeout=min(left, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf: bytearray = key.data
+                buf += chunk
+                if buf is err and len(err) > _STDERR_CAP:
+                    del err[: len(err) - _STDERR_CAP]
+            if len(out) > cap:
+                ended = "output"
+                break
+            if dialog is not None and not dialog.serve(out):
+                ended = "stopped"
+                break
+    if ended != "exit":
+        _kill(proc)
+    try:
+        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        proc.wait()
+        ended = "wall"
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    return bytes(out), bytes(err), ended
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()

@@ -1,0 +1,167 @@
+"""The sandbox: hostile programs are contained at run time with the right flags and reasons.
+
+Static refusals are in test_checker.py; here programs pass the checker (or, for the defense-in-depth
+tests, skip it on purpose) and misbehave while running.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from search_spaces import Episode, Policy, ProgramFailure, SandboxLimits, Status, run_program
+from search_spaces.sandbox import _collect, run_child
+from tests.search_spaces.trajectories import build
+
+LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=10, memory_mb=256, max_output_bytes=200_000)
+MSGS = build(["call"] * 4, [True])  # A2 T3 A4 T5 A6 T7 A8 T9
+EPISODE = Episode.of(MSGS, [20] * len(MSGS))  # requests of 2, 4, 6, 8 and 10 messages
+
+ROLL = '''
+def decide(request, params):
+    plan = request.plan()
+    tools = request.tool_responses()
+    for j in range(params["keep"], len(tools)):
+        plan.drop(tools[j], [tools[j - params["keep"]]])
+    return plan
+
+
+def space(trial):
+    return {"keep": trial.suggest_int("keep", 1, 4)}
+'''
+
+
+def prog(body: str) -> str:
+    return f"def decide(request, params):\n{body}\n\n\ndef space(trial):\n    return {{}}\n"
+
+
+def run(body: str, limits: SandboxLimits = LIMITS, episodes=(EPISODE,)):
+    return run_program(prog(body), {}, list(episodes), limits)
+
+
+def test_good_program_runs_and_is_validated():
+    r = run_program(ROLL, {"keep": 1}, [EPISODE, EPISODE], LIMITS)
+    assert r.ok and not r.timed_out and not r.error and r.reason == "ok"
+    assert [d.n_messages for d in r.decisions[0]] == [2, 4, 6, 8, 10]
+    assert r.decisions[0][-1].wire == {"drop_message": {"5": [3], "7": [5], "9": [7]}, "reposition": []}
+    assert r.record()["status"] == "ok" and len(r.sha256) == 64
+
+
+def test_refused_program_never_runs():
+    r = run("    import os\n    return {}")
+    assert r.status is Status.REFUSED and r.error and not r.timed_out and "import of 'os'" in r.reason
+
+
+def test_infinite_loop_hits_the_cpu_limit():
+    r = run("    while True:\n        pass")
+    assert r.timed_out and not r.ok and not r.error
+    assert r.reason == "CPU time limit of 1 s exceeded"
+
+
+def test_wall_clock_limit_kills_the_group():
+    start = time.monotonic()
+    r = run("    while True:\n        pass", SandboxLimits(cpu_seconds=30, wall_seconds=0.8))
+    assert r.timed_out and "wall-clock limit of 0.8 s" in r.reason
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("body", ["    x = [0] * (10 ** 9)\n    return x", "    x = 'a' * (10 ** 10)\n    return x"])
+def test_memory_bomb_hits_the_memory_limit(body):
+    r = run(body)
+    assert r.status is Status.MEMORY and r.error and "memory limit of 256 MB" in r.reason
+
+
+def test_huge_output_is_cut():
+    r = run("    return {'drop_message': {}, 'reposition': [], 'junk': 'x' * 1000000}")
+    assert r.status is Status.OUTPUT_LIMIT and "200000 bytes" in r.reason
+
+
+def test_parent_caps_a_child_that_floods_stdout():
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.write('x' * 10_000_000)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    out, _, ended = _collect(proc, time.monotonic() + 10, 100_000)
+    assert ended == "output" and len(out) < 1_000_000
+
+
+def test_recursion_bomb_is_an_error():
+    r = run_program("def f(n):\n    return f(n + 1)\n\n\ndef decide(request, params):\n    return f(0)\n\n\n"
+                    "def space(trial):\n    return {}\n", {}, [EPISODE], LIMITS)
+    assert r.status is Status.ERROR and "RecursionError" in r.reason
+
+
+def test_exception_reports_type_line_and_request():
+    r = run("    x = 1\n    return x / 0")
+    assert r.status is Status.ERROR
+    assert "ZeroDivisionError (line 3): division by zero [episode 0, request of 2 messages]" in r.reason
+
+
+@pytest.mark.parametrize(("body", "status", "reason"), [
+    ("    return {'drop_message': {str(request.n - 2): [request.n - 1]}}", Status.INVALID, "after its trigger"),
+    ("    return {'drop_message': {'1': [0], '3': [0]}} if request.n > 3 else request.plan()", Status.INVALID,
+     "dropped twice"),
+    ("    return {'drop_message': {str(request.n): [0]}}", Status.INVALID, "out of range"),
+    ("    return {'drop_message': {str(request.n - 1): [1]}}", Status.INVALID, "rewrites the past"),
+    ("    return {'reposition': [3, 1]} if request.n > 3 else request.plan()", Status.INVALID, "strictly increasing"),
+    ("    return [1, 2]", Status.ERROR, "decide returned list"),
+    ("    return {'drop_message': {1, 2}}", Status.ERROR, "not JSON"),
+])
+def test_bad_decisions_are_recorded_failures(body, status, reason):
+    r = run(body)
+    assert r.status is status and r.error and reason in r.reason, r.reason
+    assert "\n" not in r.reason
+
+
+def test_previous_is_passed_and_cannot_be_corrupted():
+    body = ("    prev = request.previous\n"
+            "    plan = request.plan()\n"
+            "    if prev is not None:\n"
+            "        prev['drop_message'] = {'0': [0]}\n"
+            "        for t, ids in request.previous['drop_message'].items():\n"
+            "            plan.drop(int(t), ids)\n"
+            "    plan.drop(request.n - 1, [request.n - 1])\n"
+            "    return plan")
+    r = run(body)
+    assert r.ok, r.reason
+    assert r.decisions[0][-1].wire["drop_message"] == {"1": [1], "3": [3], "5": [5], "7": [7], "9": [9]}
+
+
+def _unchecked(source: str) -> tuple[Status, str]:
+    """Run ``source`` in the child without the static check (defense in depth)."""
+    job = {"mode": "decide", "source": source, "params": {},
+           "episodes": [{"messages": MSGS[:2], "tokens": [1, 1], "cuts": [2], "relevance": None, "previous": None}]}
+    out = run_child(job, LIMITS)
+    return out.status, out.reason
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ("import os\ndef decide(r, p):\n    return {}\n", "import of 'os' is not allowed"),
+    ("import socket\ndef decide(r, p):\n    return {}\n", "import of 'socket' is not allowed"),
+    ("def decide(r, p):\n    return open('/etc/hostname').read()\n", "NameError"),
+    ("def decide(r, p):\n    return eval('1')\n", "NameError"),
+    ("def decide(r, p):\n    return getattr(r, 'n')\n", "NameError"),
+    ("class A:\n    pass\n", "NameError"),
+    ("def decide(r, p):\n    return [c for c in ().__class__.__bases__[0].__subclasses__() if c.__name__ == "
+     "'_wrap_close'][0].__init__.__globals__['system']('echo pwned')\n", "sandbox: os.system is not allowed"),
+    ("def decide(r, p):\n    g = (i for i in [1])\n    return g.gi_frame.f_globals\n",
+     "sandbox: object.__getattr__ is not allowed"),
+    ("def decide(r, p):\n    return [c for c in ().__class__.__bases__[0].__subclasses__() if c.__name__ == "
+     "'_wrap_close'][0].__init__.__globals__['__builtins__']['open']('/etc/hostname').read()\n",
+     "sandbox: open is not allowed"),
+    ("def decide(r, p):\n    return decide.__globals__['__builtins__']['__import__']('os')\n",
+     "import of 'os' is not allowed"),
+])
+def test_runtime_walls_hold_without_the_checker(source, reason):
+    status, why = _unchecked(source)
+    assert status is Status.ERROR and reason in why, why
+
+
+def test_program_policy_raises_program_failure_with_the_record():
+    p = Policy.from_program(prog("    while True:\n        pass"), {}, limits=LIMITS)
+    with pytest.raises(ProgramFailure) as err:
+        p.run_episodes([EPISODE])
+    assert err.value.result.timed_out
+    with pytest.raises(ProgramFailure, match="refused"):
+        Policy.from_program(prog("    import os"), {})
