@@ -112,6 +112,19 @@ class Renderer:
             self._cache.popitem(last=False)
         return parts
 
+    def output_ids(self, message: Mapping[str, Any], index: int) -> list[int]:
+        """The tokens a model generates to produce assistant ``message`` after the generation prompt.
+
+        That is the message's parts after its header, and of its footer only the first token (the
+        stop token: generation ends there and the rest of the footer is prompt text next turn).
+        Used by dry-run replays to account a recorded assistant turn as generated output.
+        """
+        msg = normalize_message(message, index)
+        parts = self.message_parts(msg, index)
+        body = [t for kind, ids in parts[1:-1] for t in ids]
+        footer = parts[-1][1][:1] if parts[-1][0] == "footer" else []
+        return body + footer
+
     def render(self, messages: Sequence[Any]) -> Rendered:
         """Render ``messages`` (OpenAI-style dicts) and append the generation prompt.
 

@@ -1,0 +1,300 @@
+"""The replay evaluator: a policy's cost and pass rate on recorded agent trajectories.
+
+For one (policy, task): the policy decides at every request point of the trajectory (one call,
+one sandbox process for a program); each request is accounted exactly as a serving system with
+a radix cache would bill it (the engine's dry-run accountant: prefill, cached, repositioned and
+output tokens; text baselines also pay their summary calls and the re-prefill after an edit);
+at each probe the real engine answers under the cache state the schedule produced, by greedy
+generation and by ranking the candidates by log-likelihood. Many policies on one task share
+computed KV through the engine's radix tree, so :func:`evaluate` runs pairs task by task.
+
+A policy that fails (a program refused or crashing, an invalid decision) gives a result with
+``ok=False`` and the reason; never a score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.engine import Engine
+from engine.errors import AKVError
+from evals.cost import CostBreakdown, request_cost
+from evals.diagnostics import drop_evidence_schedule
+from evals.probes import ProbeFormat, answer_matches, probe_prompt
+from evals.rates import Rates, load_rates
+from evals.tasks.schema import Task
+from search_spaces import Episode, Policy, get_policy, request_points
+from search_spaces.decision import Decision
+
+DIAGNOSTIC = "drop_evidence"
+SCORINGS = ("loglik", "generate")
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy to evaluate: a family name (or ``program`` with its source, or ``drop_evidence``)."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    source: str | None = None
+    label: str = ""
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the policy: program hash (or family name) + parameters."""
+        what = hashlib.sha256(self.source.encode()).hexdigest() if self.source else self.name
+        blob = json.dumps({"policy": what, "params": dict(self.params)}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def build(self) -> Policy | None:
+        """The policy object (``None`` for the ``drop_evidence`` diagnostic)."""
+        if self.name == DIAGNOSTIC:
+            return None
+        if self.source is not None:
+            return Policy.from_program(self.source, dict(self.params))
+        return get_policy(self.name, **dict(self.params))
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How to score. ``pool_bytes`` bounds the dry-run pool of the cost model (``None``: unlimited)."""
+
+    rates: str = "gpt-oss-120b"
+    scoring: str = "loglik"
+    probe: ProbeFormat = field(default_factory=ProbeFormat)
+    pool_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {self.scoring!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rates": self.rates, "scoring": self.scoring, "probe": self.probe.as_dict(),
+                "pool_bytes": self.pool_bytes}
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe's outcome under a policy."""
+
+    index: int
+    kind: str
+    after_message: int
+    answer: str
+    generated: str
+    exact: bool
+    contains: bool
+    choice: str
+    mc_correct: bool
+    mc_norm_correct: bool
+    evidence_dropped: tuple[int, ...]
+    passed: bool
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """One request of the replayed session: its usage and cost (USD)."""
+
+    n_messages: int
+    usage: dict[str, int]
+    cost_usd: float
+    summary_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """A policy on a task. ``ok=False`` means it failed (``error`` says why) and has no score."""
+
+    task_id: str
+    family: str
+    split: str
+    policy: str
+    policy_key: str
+    params: dict[str, Any]
+    ok: bool
+    error: str | None
+    probes: tuple[ProbeResult, ...]
+    requests: tuple[RequestCost, ...]
+    cost: CostBreakdown
+    seconds: float
+    generator: str = ""
+    generator_version: str = ""
+
+    @property
+    def cost_cents(self) -> float:
+        return self.cost.cents
+
+    @property
+    def n_passed(self) -> int:
+        return sum(p.passed for p in self.probes)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.n_passed / len(self.probes) if self.probes else float("nan")
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat record (parquet / JSON): scalars plus JSON-encoded probes and requests."""
+        return {
+            "task_id": self.task_id, "family": self.family, "split": self.split, "policy": self.policy,
+            "policy_key": self.policy_key, "params": json.dumps(self.params, sort_keys=True, default=str),
+            "ok": self.ok, "error": self.error, "pass_rate": self.pass_rate, "n_probes": len(self.probes),
+            "n_passed": self.n_passed, "cost_cents": self.cost_cents,
+            **{f"cost_{k}_cents": v * 100 for k, v in asdict(self.cost).items()},
+            "prompt_tokens": sum(r.usage["prompt_tokens"] for r in self.requests),
+            "prefill_tokens": sum(r.usage["prefill_tokens"] for r in self.requests),
+            "cached_tokens": sum(r.usage["cached_tokens"] for r in self.requests),
+            "drop_skipped_tokens": sum(r.usage["drop_skipped_tokens"] for r in self.requests),
+            "repos_tokens": sum(r.usage["repos_tokens"] for r in self.requests),
+            "completion_tokens": sum(r.usage["completion_tokens"] for r in self.requests),
+            "seconds": self.seconds, "generator": self.generator, "generator_version": self.generator_version,
+            "probes": json.dumps([asdict(p) for p in self.probes]),
+            "requests": json.dumps([asdict(r) for r in self.requests]),
+        }
+
+
+def _dropped_ids(decision: Decision | None, upto: int) -> set[int]:
+    """Messages whose content is gone (KV dropped, or text summarized/removed) by trigger ``upto``."""
+    if decision is None:
+        return set()
+    if decision.schedule is not None:
+        return {d.message for t, ds in decision.schedule.drops if t <= upto for d in ds
+                if d.kind.value == "message"}
+    meta = decision.meta
+    return set(meta.get("summarized_ids") or []) | set(meta.get("removed_ids") or [])
+
+
+class Replay:
+    """Evaluates policies on tasks with one engine (its radix tree is shared by every evaluation).
+
+    Args:
+        engine: the engine that answers probes.
+        config: rates, scoring, probe format, dry-run pool.
+    """
+
+    def __init__(self, engine: Engine, config: EvalConfig | None = None):
+        self.engine = engine
+        self.config = config or EvalConfig()
+        self.rates: Rates = load_rates(self.config.rates)
+        self._counts: dict[str, list[int]] = {}
+
+    def token_counts(self, task: Task) -> list[int]:
+        if task.id not in self._counts:
+            self._counts[task.id] = self.engine.render(list(task.messages)).message_tokens
+        return self._counts[task.id]
+
+    def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult:
+        """Replay ``task`` under ``spec`` (see the module docstring)."""
+        t0 = time.perf_counter()
+        try:
+            return self._evaluate(spec, task, t0)
+        except AKVError as err:
+            return self._failed(spec, task, f"{type(err).__name__}: {err}", t0)
+
+    def _failed(self, spec: PolicySpec, task: Task, reason: str, t0: float) -> TaskResult:
+        return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), False,
+                          reason.splitlines()[0][:500], (), (), CostBreakdown(), time.perf_counter() - t0,
+                          task.generator, task.generator_version)
+
+    def _decisions(self, policy: Policy | None, task: Task, cuts: Sequence[int]) -> dict[int, Decision | None]:
+        if policy is None:
+            return dict.fromkeys(cuts)
+        episode = Episode.of(list(task.messages), self.token_counts(task), cuts)
+        return dict(zip(cuts, policy.run_episodes([episode])[0]))
+
+    def _evaluate(self, spec: PolicySpec, task: Task, t0: float) -> TaskResult:
+        policy = spec.build()
+        msgs = list(task.messages)
+        points = list(request_points(msgs))
+        probe_cuts = [p.after_message + 1 for p in task.probes]
+        decisions = self._decisions(policy, task, sorted(set(points) | set(probe_cuts)))
+        requests = self._account(msgs, points, decisions)
+        probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
+                       for i, p in enumerate(task.probes))
+        cost = CostBreakdown()
+        for r in requests:
+            cost = cost + CostBreakdown(summary=r.summary_usd)
+        for r in requests:
+            cost = cost + request_cost(r.usage, self.rates)
+        return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), True, None,
+                          probes, tuple(requests), cost, time.perf_counter() - t0, task.generator,
+                          task.generator_version)
+
+    def _account(self, msgs: list[dict[str, Any]], points: list[int],
+                 decisions: Mapping[int, Decision | None]) -> list[RequestCost]:
+        eng = self.engine
+        acc = eng.accountant(pool_bytes=self.config.pool_bytes if self.config.pool_bytes is not None else 1 << 60,
+                             host_bytes=0)
+        out: list[RequestCost] = []
+        seen_events = 0
+        for n in points:
+            d = decisions[n]
+            output = eng.renderer.output_ids(msgs[n], n) if n < len(msgs) and msgs[n]["role"] == "assistant" else []
+            summary_usd = 0.0
+            if d is not None and d.messages is not None:
+                usage = acc.request([dict(m) for m in d.messages], None, output)
+                events = list(d.meta.get("events") or [])
+                for ev in events[seen_events:]:
+                    if ev.get("input_tokens") is not None:
+                        call = {"prompt_tokens": ev["input_tokens"], "prefill_tokens": ev["input_tokens"],
+                                "cached_tokens": 0, "drop_skipped_tokens": 0, "repos_tokens": 0,
+                                "completion_tokens": ev.get("output_tokens") or 0}
+                        summary_usd += request_cost(call, self.rates).total
+                seen_events = len(events)
+            else:
+                usage = acc.request(msgs[:n], d.schedule if d is not None else None, output)
+            out.append(RequestCost(n, usage.as_dict(), request_cost(usage, self.rates).total, summary_usd))
+        return out
+
+    def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
+        probe = task.probes[index]
+        n = probe.after_message + 1
+        prompt = probe_prompt(task, probe, self.config.probe)
+        if spec.name == DIAGNOSTIC:
+            context, schedule = task.context(probe), drop_evidence_schedule(task, probe)
+            dropped = set(probe.evidence_ids)
+        elif decision is not None and decision.messages is not None:
+            context, schedule = [dict(m) for m in decision.messages], None
+            dropped = _dropped_ids(decision, n - 1)
+        else:
+            context = task.context(probe)
+            schedule = decision.schedule if decision is not None else None
+            dropped = _dropped_ids(decision, n - 1)
+        context = context + [dict(m) for m in prompt.question_turn]
+        fmt = self.config.probe
+        scored = self.engine.score(context, list(prompt.continuations), schedule, prefix=prompt.prefix)
+        gen = self.engine.chat(context, schedule, max_tokens=fmt.max_tokens, prefix=prompt.prefix, stop=["\n"])
+        exact, contains = answer_matches(gen.text, probe.answer)
+        mc = probe.candidates[scored.best] == probe.answer
+        mc_norm = probe.candidates[scored.best_norm] == probe.answer
+        passed = mc if self.config.scoring == "loglik" else exact
+        return ProbeResult(index, probe.kind, probe.after_message, probe.answer, gen.text, exact, contains,
+                           probe.candidates[scored.best], mc, mc_norm,
+                           tuple(sorted(dropped & set(probe.evidence_ids))), passed)
+
+
+def evaluate(
+    engine: Engine,
+    specs: Sequence[PolicySpec],
+    tasks: Iterable[Task],
+    config: EvalConfig | None = None,
+    on_result: Callable[[TaskResult], None] | None = None,
+) -> list[TaskResult]:
+    """Evaluate every policy on every task, task by task (policies share the task's KV)."""
+    replay = Replay(engine, config)
+    results = []
+    for task in tasks:
+        for spec in specs:
+            r = replay.evaluate(spec, task)
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    return results
