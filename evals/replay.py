@@ -23,6 +23,7 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.errors import AKVError
+from engine.schedule import Schedule
 from evals.cost import CostBreakdown, request_cost
 from evals.diagnostics import drop_evidence_schedule
 from evals.probes import ProbeFormat, answer_matches, probe_prompt
@@ -258,6 +259,7 @@ class Replay:
         probe = task.probes[index]
         n = probe.after_message + 1
         prompt = probe_prompt(task, probe, self.config.probe)
+        schedule: Schedule | Mapping[str, Any] | None
         if spec.name == DIAGNOSTIC:
             context, schedule = task.context(probe), drop_evidence_schedule(task, probe)
             dropped = set(probe.evidence_ids)

@@ -70,7 +70,8 @@ def test_replay_accounting_matches_the_engine_serving_the_same_session(tasks, en
 
 
 def test_evaluate_runs_policies_task_by_task_and_records_failures(tasks, eng):
-    broken = "def decide(request, params):\n    return {'drop_message': {'0': [5]}}\n\ndef space(trial):\n    return {}\n"
+    broken = ("def decide(request, params):\n    return {'drop_message': {'0': [5]}}\n\n"
+              "def space(trial):\n    return {}\n")
     specs = [PolicySpec("full"), PolicySpec("standard", {"window": 512}), PolicySpec("drop_evidence"),
              PolicySpec("program", {}, source=broken, label="broken")]
     results = evaluate(eng, specs, tasks[:2], EvalConfig(scoring="generate"))
