@@ -73,14 +73,21 @@ class EvalConfig:
     scoring: str = "loglik"
     probe: ProbeFormat = field(default_factory=ProbeFormat)
     pool_bytes: int | None = None
+    generate: bool = True
 
     def __post_init__(self) -> None:
         if self.scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {self.scoring!r}")
+        if self.scoring == "generate" and not self.generate:
+            raise ValueError("scoring='generate' needs generate=True")
 
     def as_dict(self) -> dict[str, Any]:
         return {"rates": self.rates, "scoring": self.scoring, "probe": self.probe.as_dict(),
-                "pool_bytes": self.pool_bytes}
+                "pool_bytes": self.pool_bytes, "generate": self.generate}
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,18 @@ class TaskResult:
             "probes": json.dumps([asdict(p) for p in self.probes]),
             "requests": json.dumps([asdict(r) for r in self.requests]),
         }
+
+
+def result_from_row(row: Mapping[str, Any]) -> TaskResult:
+    """Inverse of :meth:`TaskResult.to_row` (for stored results)."""
+    cost = CostBreakdown(**{k: row[f"cost_{k}_cents"] / 100 for k in ("input", "cached", "repos", "output",
+                                                                          "summary")})
+    return TaskResult(
+        row["task_id"], row["family"], row["split"], row["policy"], row["policy_key"], json.loads(row["params"]),
+        bool(row["ok"]), row["error"], tuple(ProbeResult(**{**p, "evidence_dropped": tuple(p["evidence_dropped"])})
+                                             for p in json.loads(row["probes"])),
+        tuple(RequestCost(**r) for r in json.loads(row["requests"])), cost, float(row["seconds"]),
+        row.get("generator", ""), row.get("generator_version", ""))
 
 
 def _dropped_ids(decision: Decision | None, upto: int) -> set[int]:
@@ -273,12 +292,15 @@ class Replay:
         context = context + [dict(m) for m in prompt.question_turn]
         fmt = self.config.probe
         scored = self.engine.score(context, list(prompt.continuations), schedule, prefix=prompt.prefix)
-        gen = self.engine.chat(context, schedule, max_tokens=fmt.max_tokens, prefix=prompt.prefix, stop=["\n"])
-        exact, contains = answer_matches(gen.text, probe.answer)
+        generated, exact, contains = "", False, False
+        if self.config.generate:
+            gen = self.engine.chat(context, schedule, max_tokens=fmt.max_tokens, prefix=prompt.prefix, stop=["\n"])
+            generated = gen.text
+            exact, contains = answer_matches(generated, probe.answer)
         mc = probe.candidates[scored.best] == probe.answer
         mc_norm = probe.candidates[scored.best_norm] == probe.answer
         passed = mc if self.config.scoring == "loglik" else exact
-        return ProbeResult(index, probe.kind, probe.after_message, probe.answer, gen.text, exact, contains,
+        return ProbeResult(index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
                            probe.candidates[scored.best], mc, mc_norm,
                            tuple(sorted(dropped & set(probe.evidence_ids))), passed)
 

@@ -1,13 +1,20 @@
 """The ``akv`` command line: thin wrappers over the library (no logic lives here).
 
     akv serve --model gemma-3-270m --host 127.0.0.1 --port 30000
+    akv eval --policy rolling_drop --params keep_tool_responses=4 --split train --out results.json
+    akv eval --compare full,rolling_drop,standard,text_engineering --plot compare.png
+    akv search experiments/quickstart.yaml [--run-dir DIR] | akv search --resume DIR
+    akv report DIR | akv export DIR --pick best --out policy.py | akv dashboard DIR
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -26,9 +33,76 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_params(items: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out = {}
+    for kv in items:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"--params expects key=value, got {kv!r}")
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from evals.cli import run_eval
+
+    return run_eval(args, _parse_params(args.params or []))
+
+
+def _search(args: argparse.Namespace) -> int:
+    from rsi.config import load_config
+    from rsi.search import Search, load_run_config
+
+    overrides: dict[str, Any] = {}
+    if args.replicas is not None:
+        overrides["executor.replicas"] = args.replicas
+        overrides["executor.kind"] = "ray"
+    if args.ray_address:
+        overrides["executor.ray_address"] = args.ray_address
+        overrides["executor.kind"] = "ray"
+    if args.resume:
+        run_dir = Path(args.resume)
+        config = load_run_config(run_dir)
+    else:
+        if not args.config:
+            raise SystemExit("akv search: give a CONFIG file, or --resume RUN_DIR")
+        config = load_config(args.config, overrides)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{config.name}-{stamp}"
+    t0 = time.perf_counter()
+    result = Search(config, run_dir).run()
+    print(f"search finished in {time.perf_counter() - t0:.0f}s; report: {(result.run_dir / 'report.html').resolve()}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from rsi.report import write_report
+
+    write_report(args.run_dir)
+    print(f"report: {(Path(args.run_dir) / 'report.html').resolve()}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rsi.export import export_pick
+
+    path = export_pick(Path(args.run_dir), args.pick, Path(args.out))
+    print(f"exported {args.pick} to {path}")
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from rsi.dashboard import run_dashboards
+
+    return run_dashboards(Path(args.run_dir), args.mlflow_port, args.optuna_port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="akv", description="AKV-RSI: KV-cache policy search and serving")
     sub = parser.add_subparsers(dest="command", required=True)
+
     s = sub.add_parser("serve", help="run the OpenAI-compatible AKV server")
     s.add_argument("--model", default="gemma-3-270m", help="gemma-3-270m, tiny-random, or a local checkpoint")
     s.add_argument("--template", default=None, help="chat template: gemma or plain")
@@ -43,13 +117,63 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None)
     s.add_argument("--snapshot-dir", default=None)
     s.set_defaults(func=_serve)
+
+    e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")
+    e.add_argument("--policy", default=None, help="a policy name (or drop_evidence)")
+    e.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy")
+    e.add_argument("--compare", default=None, help="comma-separated policies to compare side by side")
+    e.add_argument("--suite", default="default", help="suite name or path of a task set on disk")
+    e.add_argument("--split", default="train", choices=["train", "heldout"])
+    e.add_argument("--limit", type=int, default=0, help="at most N tasks (spread over families)")
+    e.add_argument("--model", default="gemma-3-270m")
+    e.add_argument("--template", default="plain")
+    e.add_argument("--rates", default="gpt-oss-120b")
+    e.add_argument("--scoring", default="loglik", choices=["loglik", "generate"])
+    e.add_argument("--out", default=None, help="results JSON (per-task parquet next to it)")
+    e.add_argument("--plot", default=None, help="cost vs pass-rate PNG (with --compare)")
+    e.set_defaults(func=_eval)
+
+    se = sub.add_parser("search", help="evolve cache policies (the main job)")
+    se.add_argument("config", nargs="?", help="experiment YAML")
+    se.add_argument("--run-dir", default=None)
+    se.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a killed search")
+    se.add_argument("--replicas", type=int, default=None, help="evaluate on N Ray replicas")
+    se.add_argument("--ray-address", default=None, help="auto or HOST:PORT of an existing Ray cluster")
+    se.set_defaults(func=_search)
+
+    r = sub.add_parser("report", help="write report.html for a run directory")
+    r.add_argument("run_dir")
+    r.set_defaults(func=_report)
+
+    x = sub.add_parser("export", help="write a chosen policy as a standalone module")
+    x.add_argument("run_dir")
+    x.add_argument("--pick", default="best", help="candidate id, label, or 'best'")
+    x.add_argument("--out", required=True)
+    x.set_defaults(func=_export)
+
+    d = sub.add_parser("dashboard", help="MLflow UI and optuna-dashboard for a run directory")
+    d.add_argument("run_dir")
+    d.add_argument("--mlflow-port", type=int, default=0)
+    d.add_argument("--optuna-port", type=int, default=0)
+    d.set_defaults(func=_dashboard)
+
+    try:
+        from evals.workload.cli import add_parser as add_workload
+    except ImportError:
+        pass
+    else:
+        add_workload(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":
     sys.exit(main())
+

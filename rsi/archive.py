@@ -1,0 +1,166 @@
+"""The archive: every candidate a search produced, its lineage, and the Pareto front.
+
+A candidate is a program (by source hash) with one parameter set, or a failure of a proposal
+(refused by the checker, crashed, timed out) recorded with its reason and no score. Experts
+(the built-in reference policies) live beside the candidates, marked, so fronts and reports can
+compare against them without letting them into the evolved front.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rsi.metrics import Metrics
+from rsi.pareto import front, hypervolume
+
+
+class Status(enum.StrEnum):
+    OK = "ok"
+    REFUSED = "refused"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One entry of the archive.
+
+    Attributes:
+        id: short hash of (program, params).
+        program: the program's source hash (sources live in ``programs/<sha>.py``).
+        label: a readable name (``seed:rolling_drop``, ``g2-p1``, ``expert:standard``...).
+        params: the tuned parameters.
+        generation: when it was made (0 = seeds and experts).
+        parents: ids of the candidates whose programs the proposer read.
+        proposer: what made it (``seed``, ``mutation:<op>``, ``llm``, ``expert``).
+        train, heldout: metrics, ``None`` until evaluated.
+        status, reason: ``ok``, or why it has no score.
+        expert: a reference policy, not an evolved one.
+        spec: how to rebuild the policy (family name, or ``program``).
+    """
+
+    id: str
+    program: str
+    label: str
+    params: dict[str, Any]
+    generation: int
+    parents: tuple[str, ...] = ()
+    proposer: str = "seed"
+    train: Metrics | None = None
+    heldout: Metrics | None = None
+    status: Status = Status.OK
+    reason: str = ""
+    expert: bool = False
+    spec: str = "program"
+
+    @property
+    def shown(self) -> Metrics:
+        """Held-out metrics where measured, else train (for picking and reporting a best policy)."""
+        m = self.heldout if self.heldout is not None and self.heldout.ok else self.train
+        assert m is not None, f"{self.label} has no metrics"
+        return m
+
+    @property
+    def point(self) -> tuple[float, float]:
+        assert self.train is not None
+        return (self.train.cost_cents_mean, self.train.pass_rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "program": self.program, "label": self.label, "params": self.params,
+            "generation": self.generation, "parents": list(self.parents), "proposer": self.proposer,
+            "train": self.train.to_dict() if self.train else None,
+            "heldout": self.heldout.to_dict() if self.heldout else None,
+            "status": self.status.value, "reason": self.reason, "expert": self.expert, "spec": self.spec,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Candidate:
+        return cls(d["id"], d["program"], d["label"], d["params"], d["generation"], tuple(d["parents"]),
+                   d["proposer"], Metrics.from_dict(d["train"]) if d["train"] else None,
+                   Metrics.from_dict(d["heldout"]) if d["heldout"] else None, Status(d["status"]), d["reason"],
+                   d["expert"], d.get("spec", "program"))
+
+
+def candidate_id(program: str, params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps([program, params], sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Archive:
+    """All candidates in insertion order (ids unique)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    hv_history: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, c: Candidate) -> Candidate:
+        """Insert ``c`` or, if its id exists, keep the existing entry (first writer wins)."""
+        for existing in self.candidates:
+            if existing.id == c.id:
+                return existing
+        self.candidates.append(c)
+        return c
+
+    def update(self, c: Candidate) -> None:
+        self.candidates = [c if x.id == c.id else x for x in self.candidates]
+
+    def get(self, cid: str) -> Candidate:
+        for c in self.candidates:
+            if c.id == cid:
+                return c
+        raise KeyError(cid)
+
+    def scored(self, experts: bool = False) -> list[Candidate]:
+        return [c for c in self.candidates if c.status is Status.OK and c.train is not None and c.train.ok
+                and c.expert == experts]
+
+    def front(self) -> list[Candidate]:
+        """The evolved candidates' Pareto front on the train split."""
+        return front(self.scored(), lambda c: c.point)
+
+    def hypervolume(self, ref_cost: float) -> float:
+        return hypervolume([c.point for c in self.scored()], ref_cost)
+
+    def failures(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.status is not Status.OK]
+
+    def lineage(self, cid: str) -> list[Candidate]:
+        """``cid`` and its ancestors, breadth first."""
+        out, todo, seen = [], [cid], set()
+        while todo:
+            x = todo.pop(0)
+            if x in seen:
+                continue
+            seen.add(x)
+            try:
+                c = self.get(x)
+            except KeyError:
+                continue
+            out.append(c)
+            todo.extend(c.parents)
+        return out
+
+    def save(self, path: str | Path) -> None:
+        p = Path(path)
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"candidates": [c.to_dict() for c in self.candidates],
+                                   "hypervolume": self.hv_history}, indent=1))
+        os.replace(tmp, p)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Archive:
+        d = json.loads(Path(path).read_text())
+        return cls([Candidate.from_dict(c) for c in d["candidates"]], d.get("hypervolume", []))
+
+    def with_heldout(self, cid: str, metrics: Metrics) -> None:
+        self.update(replace(self.get(cid), heldout=metrics))
+
+    def extend(self, items: Iterable[Candidate]) -> None:
+        for c in items:
+            self.add(c)

@@ -1,0 +1,225 @@
+"""Search configuration: one YAML file describes one experiment (frozen dataclasses, resolved once).
+
+Every field has a default; a YAML file overrides any subset. Unknown keys are errors that name
+the key and list the valid ones. ``resolve()`` fills "auto" values before the run starts, and the
+resolved config is written to the run directory and logged once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine.errors import AKVError
+
+
+class ConfigError(AKVError):
+    """A search config with an unknown key or a bad value."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The engine that answers probes. ``pool_gb``: its KV pool (shared by all evaluations)."""
+
+    name: str = "gemma-3-270m"
+    template: str = "plain"
+    pool_gb: float = 2.0
+    threads: int = 0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which tasks: suite name or path, how many per split (0 = all, chosen evenly by family), and the
+    longest task to use (tokens under the gemma template; 0 = no limit)."""
+
+    suite: str = "default"
+    train_tasks: int = 8
+    heldout_tasks: int = 6
+    max_task_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Scoring (see ``evals.replay.EvalConfig``). ``generate``: also score greedy answers."""
+
+    rates: str = "gpt-oss-120b"
+    scoring: str = "loglik"
+    generate: bool = False
+    lead_in: str = "verbatim"
+
+
+@dataclass(frozen=True)
+class ProposerConfig:
+    """Who writes programs.
+
+    Attributes:
+        kind: ``mutation`` (offline, seeded) or ``llm`` (OpenAI-compatible endpoint).
+        per_generation: programs proposed per generation.
+        parents: how many parents a proposal reads (archive front first).
+        base_url, model, api_key_env: the LLM endpoint (key read from that environment variable).
+        max_tokens, temperature: LLM sampling.
+        budget_usd, budget_tokens: caps on proposing spend (0 = no cap); usd per million tokens below.
+        price_in, price_out: USD per million prompt / completion tokens of the proposer model.
+        mutate_instructions: let the proposer's own instruction text evolve (recursive proposing).
+        timeout_s: per LLM call.
+    """
+
+    kind: str = "mutation"
+    per_generation: int = 3
+    parents: int = 2
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "AKV_PROPOSER_API_KEY"
+    max_tokens: int = 2048
+    temperature: float = 0.8
+    budget_usd: float = 0.0
+    budget_tokens: int = 0
+    price_in: float = 0.0
+    price_out: float = 0.0
+    mutate_instructions: bool = False
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class OptunaConfig:
+    """Tuning of each program's declared parameters (two objectives: cost down, pass rate up).
+
+    Attributes:
+        sampler: ``tpe`` or ``nsga2``.
+        trials: trials per program.
+        storage: ``sqlite`` (a file in the run dir), ``journal`` (a journal file, safe for many
+            processes) or a database URL.
+        fidelity_tasks: tasks of a first, partial evaluation; a trial whose partial result is
+            dominated by the archive's front on the same tasks is pruned (0 disables).
+    """
+
+    sampler: str = "tpe"
+    trials: int = 4
+    storage: str = "sqlite"
+    fidelity_tasks: int = 3
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """Where evaluations run: ``local`` (one engine in this process) or ``ray`` (replica actors)."""
+
+    kind: str = "local"
+    replicas: int = 2
+    ray_address: str = ""
+    timeout_s: float = 900.0
+    threads_per_replica: int = 1
+    gpus_per_replica: float = 0.0
+    routing: str = "affinity"
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """One experiment.
+
+    Attributes:
+        name: experiment name (MLflow experiment).
+        seed: every random choice derives from it.
+        generations: proposer generations after the seed generation.
+        seeds: built-in families whose program sources seed the archive.
+        experts: policies compared in the report (``name`` or ``name:k=v,k=v``).
+        seed_from: an earlier run directory whose archive front seeds this search.
+        heldout_front: how many front members get a held-out evaluation per generation.
+        tracking_uri: MLflow store ("" = sqlite in the run directory).
+    """
+
+    name: str = "akv-search"
+    seed: int = 0
+    generations: int = 3
+    seeds: tuple[str, ...] = ("rolling_drop", "scored_drop", "thinking_drop")
+    experts: tuple[str, ...] = ("full", "rolling_drop:keep_tool_responses=12", "standard", "text_engineering")
+    seed_from: str = ""
+    heldout_front: int = 4
+    tracking_uri: str = ""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    proposer: ProposerConfig = field(default_factory=ProposerConfig)
+    optuna: OptunaConfig = field(default_factory=OptunaConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.proposer.kind in ("mutation", "llm"), "proposer.kind", self.proposer.kind, "mutation or llm"),
+            (self.optuna.sampler in ("tpe", "nsga2"), "optuna.sampler", self.optuna.sampler, "tpe or nsga2"),
+            (self.executor.kind in ("local", "ray"), "executor.kind", self.executor.kind, "local or ray"),
+            (self.executor.routing in ("affinity", "round_robin"), "executor.routing", self.executor.routing,
+             "affinity or round_robin"),
+            (self.eval.scoring in ("loglik", "generate"), "eval.scoring", self.eval.scoring, "loglik or generate"),
+            (self.generations >= 0, "generations", self.generations, ">= 0"),
+            (self.optuna.trials >= 1, "optuna.trials", self.optuna.trials, ">= 1"),
+            (self.proposer.per_generation >= 1, "proposer.per_generation", self.proposer.per_generation, ">= 1"),
+        ]
+        for ok, key, value, want in checks:
+            if not ok:
+                raise ConfigError(f"{key} must be {want}, got {value!r}", field=key, value=value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def digest(self) -> str:
+        """Hash of everything that changes results (not the name or tracking location)."""
+        d = self.to_dict()
+        for k in ("name", "tracking_uri"):
+            d.pop(k)
+        d["executor"] = {"timeout_s": d["executor"]["timeout_s"]}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "eval": EvalSettings, "proposer": ProposerConfig,
+             "optuna": OptunaConfig, "executor": ExecutorConfig}
+
+
+def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a mapping, got {raw!r}", field=where, value=raw)
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(names))
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"unknown config key {key!r}; valid keys here: {', '.join(sorted(names))}",
+                          field=key, value=unknown[0])
+    kwargs: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = f"{where}.{k}" if where else k
+        if k in _SECTIONS and cls is SearchConfig:
+            kwargs[k] = _build(_SECTIONS[k], v or {}, key)
+        elif isinstance(v, list):
+            kwargs[k] = tuple(v)
+        else:
+            kwargs[k] = v
+    try:
+        return cls(**kwargs)
+    except TypeError as err:
+        raise ConfigError(f"{where or 'config'}: {err}", field=where or "config", value=None) from err
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> SearchConfig:
+    """Read a YAML experiment file (plus dotted ``overrides`` such as ``{"executor.replicas": 2}``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist", field="config", value=str(p))
+    raw = yaml.safe_load(p.read_text()) or {}
+    for dotted, value in (overrides or {}).items():
+        node = raw
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return _build(SearchConfig, raw, "")
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> SearchConfig:
+    return _build(SearchConfig, raw, "")

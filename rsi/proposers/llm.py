@@ -1,0 +1,198 @@
+"""The LLM proposer: any OpenAI-compatible endpoint writes new policy programs.
+
+The prompt carries the policy API (``search_spaces.api_doc()``), a parent program with its train
+metrics and concrete feedback (per-family pass rates, the probes it failed and the evidence
+messages it had dropped, its cost breakdown), and the answer format: a whole program in a
+```python block, or SEARCH/REPLACE blocks against the parent. A program that fails the checker
+or a smoke run goes back to the model once with the error; whatever comes back is proposed, so a
+bad program ends as a recorded failure with its reason, never silently. Tokens and dollars are
+counted from the endpoint's usage and capped by the config's budget.
+
+With ``mutate_instructions`` the proposer's own instruction text is one of the things that
+evolves: each generation the model is asked to rewrite it given how its last proposals scored
+(recursive self-improvement of the proposer), and every version is kept in the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rsi.archive import Archive
+from rsi.config import ProposerConfig
+from rsi.proposers.base import ParentView, Proposal, Proposer
+from rsi.proposers.mutation import source_hash
+from search_spaces import Episode, api_doc, check_program, run_program
+
+INSTRUCTIONS = """You improve KV-cache policies for long-running LLM agents. A policy drops the KV of
+old messages (cheaper: dropped tokens are not re-read) but an agent that later needs a dropped fact
+fails its task. Write a program that is cheaper than the parent at the same pass rate, or passes more
+probes at the same cost. Keep what works; change one idea at a time."""
+
+FORMAT = """Answer with the complete new program in one ```python block, or with SEARCH/REPLACE
+blocks against the parent program:
+<<<<<<< SEARCH
+(exact lines of the parent)
+=======
+(replacement lines)
+>>>>>>> REPLACE
+Allowed modules: math, re, statistics. No other imports, no files, no dunder names."""
+
+_BLOCK = re.compile(r"<<<<<<< SEARCH\n(.*?)\n=======\n(.*?)\n>>>>>>> REPLACE", re.DOTALL)
+_CODE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
+
+
+def apply_reply(reply: str, parent: str) -> tuple[str, str]:
+    """The program a reply describes (SEARCH/REPLACE edits of ``parent``, or a whole program)
+    and a one-line note; an unusable reply yields its own text, which the checker will refuse."""
+    blocks = _BLOCK.findall(reply)
+    if blocks:
+        out = parent
+        for search, replace in blocks:
+            if out.count(search) != 1:
+                return (f"# SEARCH block not found exactly once in the parent:\n# {search[:80]!r}\n",
+                        "diff did not apply")
+            out = out.replace(search, replace)
+        return out, f"{len(blocks)} SEARCH/REPLACE edit(s)"
+    code = _CODE.findall(reply)
+    if code:
+        return max(code, key=len), "whole program"
+    return reply, "no code block in the reply"
+
+
+class BudgetExhausted(Exception):
+    pass
+
+
+class LLMProposer(Proposer):
+    """Proposes programs by asking an OpenAI-compatible endpoint (see the module docstring)."""
+
+    name = "llm"
+
+    def __init__(self, cfg: ProposerConfig, smoke: Sequence[Episode], run_dir: Path):
+        super().__init__()
+        from openai import OpenAI
+
+        if not cfg.base_url or not cfg.model:
+            from rsi.config import ConfigError
+
+            raise ConfigError("proposer.kind=llm needs proposer.base_url and proposer.model",
+                              field="proposer.base_url", value=cfg.base_url)
+        self.cfg = cfg
+        self.client = OpenAI(base_url=cfg.base_url, api_key=os.environ.get(cfg.api_key_env) or "unused",
+                             timeout=cfg.timeout_s, max_retries=0)
+        self.smoke = list(smoke)
+        self.dir = run_dir / "proposer"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.instructions = INSTRUCTIONS
+        self.generation = 0
+        self.log_path = self.dir / "calls.jsonl"
+
+    # ---------------------------------------------------------------- endpoint
+
+    def _call(self, messages: list[dict[str, str]]) -> str:
+        c = self.cfg
+        if (c.budget_tokens and self.stats.prompt_tokens + self.stats.completion_tokens >= c.budget_tokens) or (
+                c.budget_usd and self.stats.usd >= c.budget_usd):
+            self.stats.budget_exhausted = True
+            raise BudgetExhausted
+        r = self.client.chat.completions.create(model=c.model, messages=messages,  # type: ignore[arg-type]
+                                                max_tokens=c.max_tokens, temperature=c.temperature)
+        text = r.choices[0].message.content or ""
+        if r.usage is not None:
+            self.stats.prompt_tokens += r.usage.prompt_tokens
+            self.stats.completion_tokens += r.usage.completion_tokens
+            self.stats.usd += (r.usage.prompt_tokens * c.price_in + r.usage.completion_tokens * c.price_out) / 1e6
+        with open(self.log_path, "a") as fh:
+            fh.write(json.dumps({"generation": self.generation, "messages": messages, "reply": text}) + "\n")
+        return text
+
+    # ---------------------------------------------------------------- prompts
+
+    def prompt(self, parent: ParentView) -> list[dict[str, str]]:
+        c = parent.candidate
+        fb = parent.feedback
+        train = fb.get("train") or {}
+        lines = [f"Parent program {c.label} (params {json.dumps(c.params, sort_keys=True)}):",
+                 "```python", parent.source.rstrip(), "```",
+                 f"Train pass rate {train.get('pass_rate', float('nan')):.3f}, mean cost "
+                 f"{train.get('cost_cents_mean', float('nan')):.4f} cents per task.",
+                 f"Pass rate per task family: {json.dumps(train.get('per_family', {}))}",
+                 f"Cost breakdown (cents per task): {json.dumps(train.get('cost_breakdown', {}))}"]
+        failed = fb.get("failed_probes") or []
+        if failed:
+            lines.append("Probes it failed (the evidence messages it had dropped, if any):")
+            lines += [f"- {f['family']} {f['kind']}: answer {f['answer']!r}, chose {f['chosen']!r}, evidence messages "
+                      f"dropped {f['evidence_messages_dropped']}" for f in failed]
+        user = "\n".join([api_doc(), "", *lines, "", FORMAT])
+        return [{"role": "system", "content": self.instructions}, {"role": "user", "content": user}]
+
+    # ---------------------------------------------------------------- proposing
+
+    def _problem(self, source: str) -> str | None:
+        check = check_program(source)
+        if not check.ok:
+            return check.reason
+        if self.smoke:
+            res = run_program(source, {}, self.smoke)
+            if not res.ok:
+                return res.reason
+        return None
+
+    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
+                seen: set[str]) -> list[Proposal]:
+        self.generation += 1
+        if self.cfg.mutate_instructions and self.generation > 1:
+            self._evolve_instructions(archive)
+        out: list[Proposal] = []
+        for i in range(n):
+            parent = parents[i % len(parents)] if parents else None
+            if parent is None:
+                break
+            try:
+                messages = self.prompt(parent)
+                reply = self._call(messages)
+                source, note = apply_reply(reply, parent.source)
+                problem = self._problem(source)
+                self.stats.attempts += 1
+                if problem is not None:
+                    retry = [*messages, {"role": "assistant", "content": reply},
+                             {"role": "user", "content": f"That program was refused: {problem}\nFix it. {FORMAT}"}]
+                    source, note = apply_reply(self._call(retry), parent.source)
+                    problem = self._problem(source)
+                    note = f"{note} (after one retry)"
+                    self.stats.attempts += 1
+                if problem is None:
+                    self.stats.valid += 1
+            except BudgetExhausted:
+                break
+            if source_hash(source) in seen:
+                continue
+            seen.add(source_hash(source))
+            out.append(Proposal(source, (parent.candidate.id,), "llm", note))
+        return out
+
+    def _evolve_instructions(self, archive: Archive) -> None:
+        recent = [c for c in archive.candidates if c.proposer == "llm"][-6:]
+        summary = "\n".join(f"- {c.label}: status {c.status.value}"
+                            + (f", pass {c.train.pass_rate:.3f}, cost {c.train.cost_cents_mean:.4f}c" if c.train
+                               else f", reason: {c.reason[:120]}") for c in recent) or "- (no proposals scored yet)"
+        messages = [{"role": "system", "content": "You write instructions for a program-writing assistant."},
+                    {"role": "user", "content": f"Current instructions:\n{self.instructions}\n\nHow the programs they "
+                                                f"produced did:\n{summary}\n\nRewrite the instructions to get better "
+                                                "programs. Reply with the new instructions only."}]
+        try:
+            text = self._call(messages).strip()
+        except BudgetExhausted:
+            return
+        if 40 <= len(text) <= 4000:
+            self.instructions = text
+        (self.dir / f"instructions-g{self.generation}.txt").write_text(self.instructions)
+
+    def __getstate__(self) -> dict[str, Any]:  # pragma: no cover - proposers stay in the driver
+        raise TypeError("LLMProposer is not picklable")

@@ -1,0 +1,219 @@
+"""The search report: a self-contained HTML page and PNG figures from a run directory.
+
+Figures: the cost vs pass-rate plane (train and held-out) with the evolved front and the expert
+policies; hypervolume per generation; the lineage of the best policy; per-family pass rates.
+The headline is the cost change of the cheapest evolved policy whose held-out pass rate is at
+least that of Standard (and of rolling drop), or a plain statement that none matched.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from rsi.archive import Archive, Candidate, Status
+from rsi.pareto import front
+
+EXPERT_STYLE = {"full": ("s", "#444444"), "rolling_drop": ("D", "#d62728"), "standard": ("^", "#1f77b4"),
+                "text_engineering": ("v", "#17becf"), "trim": ("x", "#7f7f7f"), "thinking_drop": ("P", "#8c564b")}
+
+
+def _plane(archive: Archive, split: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    evolved = [c for c in archive.scored() if getattr(c, split) is not None and getattr(c, split).ok]
+
+    def pt(c: Candidate) -> tuple[float, float]:
+        m = getattr(c, split)
+        return (m.cost_cents_mean, m.pass_rate)
+
+    if evolved:
+        xs, ys = zip(*(pt(c) for c in evolved))
+        ax.scatter(xs, ys, s=18, color="#bbbbbb", label="evolved candidates", zorder=1)
+        fr = front(evolved, pt)
+        fx, fy = zip(*(pt(c) for c in fr))
+        ax.step(fx, fy, where="post", color="#2ca02c", lw=1.5, zorder=2)
+        ax.scatter(fx, fy, s=40, color="#2ca02c", label="evolved front", zorder=3)
+    for c in archive.candidates:
+        m = getattr(c, split)
+        if c.expert and m is not None and m.ok:
+            marker, color = EXPERT_STYLE.get(c.spec, ("o", "black"))
+            ax.scatter([m.cost_cents_mean], [m.pass_rate], marker=marker, s=70, color=color, label=c.label, zorder=4)
+    ax.set_xlabel("mean cost per task (cents)")
+    ax.set_ylabel("pass rate")
+    ax.set_title(f"cost vs pass rate ({split})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _hypervolume(archive: Archive, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5.2, 3.4))
+    gens = [h["generation"] for h in archive.hv_history]
+    ax.plot(gens, [h["hypervolume"] for h in archive.hv_history], marker="o", color="#2ca02c")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("hypervolume (train)")
+    ax.set_title("hypervolume per generation")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _lineage(archive: Archive, best: Candidate | None, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    if best is not None:
+        nodes = archive.lineage(best.id)
+        by_gen: dict[int, list[Candidate]] = {}
+        for c in nodes:
+            by_gen.setdefault(c.generation, []).append(c)
+        pos = {c.id: (c.generation, i - (len(v) - 1) / 2) for g, v in by_gen.items() for i, c in enumerate(v)}
+        for c in nodes:
+            for p in c.parents:
+                if p in pos:
+                    ax.annotate("", xy=pos[c.id], xytext=pos[p], arrowprops={"arrowstyle": "->", "color": "#888"})
+        for c in nodes:
+            x, y = pos[c.id]
+            ax.scatter([x], [y], s=60, color="#2ca02c" if c.id == best.id else "#1f77b4", zorder=3)
+            ax.annotate(f"{c.label}\n{c.proposer}", (x, y), textcoords="offset points", xytext=(0, 8), ha="center",
+                        fontsize=6)
+        ax.set_xlim(-0.5, max(by_gen) + 0.5)
+    ax.set_xlabel("generation")
+    ax.set_yticks([])
+    ax.set_title("lineage of the best policy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _families(archive: Archive, best: Candidate | None, path: Path) -> None:
+    rows = [c for c in archive.candidates if c.expert and c.status is Status.OK] + ([best] if best else [])
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    fams: list[str] = sorted({f for c in rows for m in (c.heldout, c.train) if m for f in m.per_family})
+    width = 0.8 / max(1, len(rows))
+    for i, c in enumerate(rows):
+        m = c.heldout if c.heldout is not None and c.heldout.ok else c.train
+        if m is None:
+            continue
+        ax.bar([j + i * width for j in range(len(fams))], [m.per_family.get(f, 0.0) for f in fams], width,
+               label=c.label)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(fams))], [f.replace("-", "\n") for f in fams], fontsize=7)
+    ax.set_ylabel("pass rate (held-out where measured)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=6)
+    ax.set_title("per-family pass rates")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def headline(archive: Archive) -> list[str]:
+    """Cost change vs Standard and vs rolling drop at equal-or-better held-out pass rate."""
+    out = []
+    evolved = [c for c in archive.scored() if c.heldout is not None and c.heldout.ok]
+    for spec in ("standard", "rolling_drop"):
+        ref = next((c for c in archive.candidates if c.expert and c.spec == spec and c.heldout and c.heldout.ok), None)
+        if ref is None or ref.heldout is None:
+            out.append(f"{spec}: not evaluated on the held-out split.")
+            continue
+        ok = [c for c in evolved if c.heldout and c.heldout.pass_rate >= ref.heldout.pass_rate]
+        if not ok:
+            out.append(f"No evolved policy reached {ref.label}'s held-out pass rate "
+                       f"({ref.heldout.pass_rate:.3f}); nothing beat it at equal accuracy.")
+            continue
+        best = min(ok, key=lambda c: c.heldout.cost_cents_mean if c.heldout else float("inf"))
+        assert best.heldout is not None
+        change = 100 * (best.heldout.cost_cents_mean / ref.heldout.cost_cents_mean - 1)
+        out.append(f"{best.label} costs {change:+.1f}% vs {ref.label} on held-out tasks "
+                   f"({best.heldout.cost_cents_mean:.4f}c vs {ref.heldout.cost_cents_mean:.4f}c per task) at pass rate "
+                   f"{best.heldout.pass_rate:.3f} vs {ref.heldout.pass_rate:.3f}.")
+    return out
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4f}"
+    if isinstance(v, dict):
+        return json.dumps(v, sort_keys=True)[:160]
+    return "" if v is None else str(v)
+
+
+def _row(c: Candidate) -> dict[str, Any]:
+    return {"label": c.label, "expert": c.expert, "generation": c.generation, "proposer": c.proposer,
+            "train pass": c.train.pass_rate if c.train else None,
+            "train cost (c)": c.train.cost_cents_mean if c.train else None,
+            "held-out pass": c.heldout.pass_rate if c.heldout else None,
+            "held-out cost (c)": c.heldout.cost_cents_mean if c.heldout else None, "params": c.params}
+
+
+def write_report(run_dir: str | Path) -> list[Path]:
+    """Write ``report.html`` and ``figures/*.png`` for ``run_dir``; returns the figure paths."""
+    run = Path(run_dir)
+    archive = Archive.load(run / "archive.json")
+    config = json.loads((run / "config.json").read_text())
+    figs = run / "figures"
+    figs.mkdir(exist_ok=True)
+    paths = {name: figs / f"{name}.png" for name in ("pareto_train", "pareto_heldout", "hypervolume", "lineage",
+                                                     "families")}
+    scored = [c for c in archive.scored() if c.heldout is not None and c.heldout.ok] or archive.scored()
+    best = max(scored, key=lambda c: (c.shown.pass_rate, -c.shown.cost_cents_mean),
+               default=None) if scored else None
+    _plane(archive, "train", paths["pareto_train"])
+    _plane(archive, "heldout", paths["pareto_heldout"])
+    _hypervolume(archive, paths["hypervolume"])
+    _lineage(archive, best, paths["lineage"])
+    _families(archive, best, paths["families"])
+    experts = [c for c in archive.candidates if c.expert]
+    failures = [{"label": c.label, "generation": c.generation, "proposer": c.proposer, "status": c.status.value,
+                 "reason": c.reason} for c in archive.failures()]
+    stats_path = run / "proposer_stats.json"
+    stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
+    hv = archive.hv_history
+    cols = ["label", "expert", "generation", "proposer", "train pass", "train cost (c)", "held-out pass",
+            "held-out cost (c)", "params"]
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>AKV-RSI search report: {html.escape(config.get('name', ''))}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}
+table{{border-collapse:collapse;font-size:12px;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 6px}}
+img{{max-width:100%;margin:0.5em 0}}.headline{{background:#f3f8f3;border-left:4px solid #2ca02c;padding:0.6em}}
+</style></head><body>
+<h1>Search report: {html.escape(config.get('name', ''))}</h1>
+<p>Model {html.escape(config['model']['name'])} ({html.escape(config['model']['template'])} template),
+suite {html.escape(str(config['data']['suite']))}, scoring {html.escape(config['eval']['scoring'])},
+rates {html.escape(config['eval']['rates'])} (unconfirmed list prices: compare ratios, not dollars),
+{len(archive.candidates)} archive entries, {len(archive.failures())} recorded failures,
+{len(hv) - 1 if hv else 0} generations. The summarization baselines use the deterministic extractive
+summarizer (a generous upper bound on their quality).</p>
+<h2>Headline</h2><div class="headline">{"<br>".join(html.escape(x) for x in headline(archive))}</div>
+<h2>Cost vs pass rate</h2>{_img(paths['pareto_train'])}{_img(paths['pareto_heldout'])}
+<h2>Pareto front and experts</h2>{_table([_row(c) for c in archive.front() + experts], cols)}
+<h2>Hypervolume per generation</h2>{_img(paths['hypervolume'])}
+{_table(hv, ['generation', 'hypervolume', 'front_size', 'candidates'])}
+<h2>Lineage of the best policy</h2>{_img(paths['lineage'])}
+<h2>Per-family pass rates</h2>{_img(paths['families'])}
+<h2>Proposer</h2>{_table([stats], list(stats)) if stats else '<p>no proposals yet</p>'}
+<h2>Recorded failures</h2>{_table(failures, ['label', 'generation', 'proposer', 'status', 'reason'])
+                          if failures else '<p>none</p>'}
+</body></html>"""
+    (run / "report.html").write_text(page)
+    return list(paths.values())

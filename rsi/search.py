@@ -1,0 +1,407 @@
+"""The recursive self-improvement loop.
+
+Per generation: the proposer reads the archive's front and feedback and writes programs; each
+is checked (a refused program is a recorded failure); an Optuna study tunes its parameters on
+the train split (cost down, pass rate up); the study's best trials enter the archive; the
+front's members are evaluated on the held-out split. Generation 0 tunes the seed programs (the
+built-in families, plus an earlier search's front when ``seed_from`` is set); the experts are
+evaluated once on both splits for comparison.
+
+Resume: every evaluation is stored as it finishes (``rsi.store``) and proposals are saved before
+they are tuned, so ``--resume`` replays the loop deterministically: finished evaluations come
+from the store, studies are rebuilt with the same seeds, and the search ends with the same
+archive as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evals.probes import ProbeFormat
+from evals.replay import EvalConfig, PolicySpec, TaskResult
+from evals.tasks import load_suite
+from evals.tasks.schema import Task
+from rsi.archive import Archive, Candidate, Status, candidate_id
+from rsi.config import SearchConfig, config_from_dict
+from rsi.executors.base import EvalRequest, Executor
+from rsi.metrics import aggregate
+from rsi.proposers.base import ParentView, Proposal, Proposer
+from rsi.proposers.mutation import source_hash
+from rsi.store import EvalStore, eval_key
+from rsi.tracking import MLflowTracker, Tracker
+from rsi.tuning import make_storage, tune
+from search_spaces import Episode, check_program, seed_source
+
+log = logging.getLogger("akv.search")
+
+
+def select_tasks(tasks: Sequence[Task], n: int) -> list[Task]:
+    """``n`` tasks (0 = all) spread evenly over families, deterministic."""
+    if n <= 0 or n >= len(tasks):
+        return list(tasks)
+    by: dict[str, list[Task]] = defaultdict(list)
+    for t in tasks:
+        by[t.family].append(t)
+    out: list[Task] = []
+    i = 0
+    while len(out) < n:
+        for fam in sorted(by):
+            if i < len(by[fam]) and len(out) < n:
+                out.append(by[fam][i])
+        i += 1
+    return out
+
+
+def parse_expert(text: str) -> PolicySpec:
+    """``name`` or ``name:k=v,k=v`` (values parsed as YAML scalars)."""
+    name, _, rest = text.partition(":")
+    params = {}
+    for kv in filter(None, rest.split(",")):
+        k, _, v = kv.partition("=")
+        params[k.strip()] = yaml.safe_load(v)
+    short = ",".join(f"{k}={v}" for k, v in params.items())
+    return PolicySpec(name.strip(), params, label=f"expert:{name.strip()}" + (f"({short})" if short else ""))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    run_dir: Path
+    archive: Archive
+    seconds: float
+
+
+class Search:
+    """One search run in ``run_dir`` (created, or resumed when it holds a started run)."""
+
+    def __init__(self, config: SearchConfig, run_dir: str | Path, *, engine: Any = None,
+                 proposer: Proposer | None = None, tracker: Tracker | None = None):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "programs").mkdir(exist_ok=True)
+        (self.run_dir / "proposals").mkdir(exist_ok=True)
+        self.state = self._load_state()
+        self.store = EvalStore(self.run_dir / "evaluations.jsonl")
+        self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
+                                      probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate)
+        self.model_id = f"{config.model.name}|{config.model.template}"
+        self._engine = engine  # an already loaded Engine for the local executor (tests, notebooks)
+        self._executor: Executor | None = None
+        self._proposer = proposer
+        self.tracker = tracker if tracker is not None else MLflowTracker(self.run_dir, config.name,
+                                                                          config.tracking_uri)
+        self.archive = Archive()
+        self.seen: set[str] = set()
+        self._file_log()
+
+    # ------------------------------------------------------------------ state
+
+    def _load_state(self) -> dict[str, Any]:
+        path = self.run_dir / "state.json"
+        state = json.loads(path.read_text()) if path.exists() else {"attempt": 0}
+        state["attempt"] += 1
+        cfg = self.run_dir / "config.json"
+        if cfg.exists() and json.loads(cfg.read_text()) != json.loads(json.dumps(self.config.to_dict())):
+            raise ValueError(f"{self.run_dir} holds a run with another config; use a new run directory")
+        cfg.write_text(json.dumps(self.config.to_dict(), indent=1))
+        self._write_state(state)
+        return state
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        path = self.run_dir / "state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, path)
+
+    def _file_log(self) -> None:
+        handler = logging.FileHandler(self.run_dir / "search.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+    # ------------------------------------------------------------------ components
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            if self._engine is not None:
+                from rsi.executors.local import LocalExecutor
+
+                self._executor = LocalExecutor(self._engine, self.eval_config, self.store)
+            else:
+                from rsi.executors import make_executor
+
+                self._executor = make_executor(self.config, self.eval_config, self.store, self.run_dir)
+        return self._executor
+
+    def proposer(self, smoke: Sequence[Episode]) -> Proposer:
+        if self._proposer is None:
+            from rsi.proposers import make_proposer
+
+            self._proposer = make_proposer(self.config, smoke, self.run_dir)
+        return self._proposer
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _requests(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[EvalRequest]:
+        return [EvalRequest(spec, t, eval_key(spec.key, t.id, self.model_id, self.eval_config.digest)) for t in tasks]
+
+    def evaluate(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
+        return self.executor.run(self._requests(spec, tasks))
+
+    def _reference(self, tasks: Sequence[Task]) -> list[tuple[float, float]]:
+        """The current front's (cost, pass) on exactly ``tasks`` (all from the store)."""
+        out = []
+        for c in self.archive.front():
+            spec = self._spec(c)
+            results = [self.store.get(r.key) for r in self._requests(spec, tasks)]
+            if all(r is not None and r.ok for r in results):
+                m = aggregate([r for r in results if r is not None])
+                out.append((m.cost_cents_mean, m.pass_rate))
+        return out
+
+    def _spec(self, c: Candidate) -> PolicySpec:
+        if c.spec != "program":
+            return PolicySpec(c.spec, c.params, label=c.label)
+        return PolicySpec("program", c.params, source=self._source(c.program), label=c.label)
+
+    def _source(self, sha: str) -> str:
+        return (self.run_dir / "programs" / f"{sha}.py").read_text()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> SearchResult:
+        t0 = time.perf_counter()
+        cfg = self.config
+        self.tracker.start(cfg.to_dict())
+        log.info("search %s attempt %d in %s; config %s", cfg.name, self.state["attempt"], self.run_dir,
+                 json.dumps(cfg.to_dict()))
+        self.train = select_tasks(self._suite("train"), cfg.data.train_tasks)
+        self.heldout = select_tasks(self._suite("heldout"), cfg.data.heldout_tasks)
+        print(f"search {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out tasks, "
+              f"{cfg.generations} generations, run dir {self.run_dir}", flush=True)
+        status = "FAILED"
+        try:
+            self._experts()
+            self._generation_zero()
+            smoke = [Episode.of(list(t.messages), self._counts(t)) for t in self.train[:1]]
+            proposer = self.proposer(smoke)
+            for g in range(1, cfg.generations + 1):
+                self._generation(g, proposer)
+            status = "FINISHED"
+        finally:
+            self._write_outputs()
+            figures = self._report()
+            self.tracker.finish(self.pareto_rows(), figures, status)
+            self.state["status"] = status.lower()
+            self.state["seconds"] = self.state.get("seconds", 0) + time.perf_counter() - t0
+            self._write_state(self.state)
+            if self._executor is not None:
+                self._executor.close()
+        return SearchResult(self.run_dir, self.archive, time.perf_counter() - t0)
+
+    def _suite(self, split: str) -> list[Task]:
+        tasks = load_suite(self.config.data.suite, split)
+        cap = self.config.data.max_task_tokens
+        if cap:
+            tasks = [t for t in tasks if t.n_tokens is None or t.n_tokens <= cap]
+        return tasks
+
+    def _counts(self, task: Task) -> list[int]:
+        from search_spaces import default_token_counts
+
+        return default_token_counts(list(task.messages))
+
+    def _experts(self) -> None:
+        for text in self.config.experts:
+            spec = parse_expert(text)
+            train = self.evaluate(spec, self.train)
+            held = self.evaluate(spec, self.heldout)
+            m_train, m_held = aggregate(train), aggregate(held)
+            status = Status.OK if m_train.ok else Status.FAILED
+            c = Candidate(candidate_id(spec.name, dict(spec.params)), spec.name, spec.display, dict(spec.params), 0,
+                          proposer="expert", train=m_train, heldout=m_held, status=status,
+                          reason="" if m_train.ok else "expert evaluation failed", expert=True, spec=spec.name)
+            self.archive.add(c)
+            self.tracker.candidate(c, None, train + held)
+            print(f"  expert {spec.display:44s} train pass {m_train.pass_rate:.3f} cost {m_train.cost_cents_mean:.4f}c"
+                  f" | held-out pass {m_held.pass_rate:.3f} cost {m_held.cost_cents_mean:.4f}c", flush=True)
+
+    def _generation_zero(self) -> None:
+        for name in self.config.seeds:
+            self._tune(seed_source(name), f"seed:{name}", 0, (), "seed")
+        if self.config.seed_from:
+            for c in self._imported_front(Path(self.config.seed_from)):
+                self._tune(c[1], f"import:{c[0]}", 0, (), "import")
+        self._close_generation(0)
+
+    def _imported_front(self, other: Path) -> list[tuple[str, str]]:
+        """(label, source) of an earlier search's evolved front (recursive seeding)."""
+        pareto = json.loads((other / "pareto.json").read_text())
+        out = []
+        for row in pareto:
+            if not row.get("expert") and (other / "programs" / f"{row['program']}.py").exists():
+                out.append((row["label"], (other / "programs" / f"{row['program']}.py").read_text()))
+        return out
+
+    def _generation(self, g: int, proposer: Proposer) -> None:
+        rng = random.Random(f"{self.config.seed}-{g}")
+        parents = self._parents()
+        proposals = self._proposals(g, parents, proposer, rng)
+        print(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents "
+              f"(proposer validity {proposer.stats.validity_rate:.2f})", flush=True)
+        for i, p in enumerate(proposals):
+            self._tune(p.source, f"g{g}-p{i}", g, p.parents, p.proposer, p.note)
+        self._close_generation(g)
+
+    def _parents(self) -> list[ParentView]:
+        front = self.archive.front()
+        others = sorted((c for c in self.archive.scored() if c not in front), key=lambda c: -c.point[1])
+        chosen = front + others[: max(0, self.config.proposer.parents - len(front))]
+        return [ParentView(c, self._source(c.program), self.feedback(c)) for c in chosen]
+
+    def _proposals(self, g: int, parents: list[ParentView], proposer: Proposer, rng: random.Random) -> list[Proposal]:
+        path = self.run_dir / "proposals" / f"g{g}.json"
+        if path.exists():  # resume: the proposals of this generation were made before
+            return [Proposal(p["source"], tuple(p["parents"]), p["proposer"], p.get("note", ""))
+                    for p in json.loads(path.read_text())]
+        self.seen |= {c.program for c in self.archive.candidates}
+        proposals = proposer.propose(parents, self.archive, self.config.proposer.per_generation, rng, self.seen)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([p.__dict__ | {"parents": list(p.parents)} for p in proposals], indent=1))
+        os.replace(tmp, path)
+        (self.run_dir / "proposer_stats.json").write_text(json.dumps(proposer.stats.to_dict(), indent=1))
+        return proposals
+
+    def _tune(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str, note: str = "") -> None:
+        sha = source_hash(source)
+        self.seen.add(sha)
+        (self.run_dir / "programs" / f"{sha}.py").write_text(source)
+        check = check_program(source)
+        if not check.ok:
+            c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.REFUSED,
+                          reason=check.reason)
+            self.archive.add(c)
+            self.tracker.candidate(c, source, [])
+            print(f"  {label:14s} refused: {check.reason}", flush=True)
+            return
+        cfg = self.config
+
+        def evaluate(params: dict[str, Any], tasks: Sequence[Task]) -> list[TaskResult]:
+            return self.evaluate(PolicySpec("program", params, source=source, label=label), tasks)
+
+        study = f"{label}-{sha[:8]}-a{self.state['attempt']}"
+        result = tune(source, study, seed_name=f"{label}-{sha[:8]}",
+                      storage=make_storage(cfg.optuna.storage, self.run_dir), sampler=cfg.optuna.sampler,
+                      seed=cfg.seed, n_trials=cfg.optuna.trials, tasks=self.train,
+                      fidelity_tasks=cfg.optuna.fidelity_tasks, evaluate=evaluate, reference=self._reference)
+        if result.failed:
+            reason = next((t.reason for t in result.trials if t.state == "failed"), "every trial was pruned")
+            status = Status.FAILED if any(t.state == "failed" for t in result.trials) else Status.OK
+            if status is Status.FAILED:
+                c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=status, reason=reason)
+                self.archive.add(c)
+                self.tracker.candidate(c, source, [])
+            print(f"  {label:14s} no scored trial: {reason}", flush=True)
+            return
+        shown: set[tuple[float, float]] = set()
+        for o in result.best:
+            assert o.train is not None
+            c = self.archive.add(Candidate(candidate_id(sha, o.params), sha, label, o.params, g, parents, proposer,
+                                           train=o.train, reason=note))
+            self.tracker.candidate(c, source, evaluate(o.params, self.train))
+            if c.point not in shown:
+                shown.add(c.point)
+                print(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
+                      f"({proposer}{': ' + note if note else ''})", flush=True)
+
+    def _close_generation(self, g: int) -> None:
+        front = self.archive.front()
+        for c in sorted(front, key=lambda c: -c.point[1])[: self.config.heldout_front]:
+            if c.heldout is None:
+                m = aggregate(self.evaluate(self._spec(c), self.heldout))
+                self.archive.with_heldout(c.id, m)
+                self.tracker.heldout(self.archive.get(c.id))
+        ref = self._ref_cost()
+        hv = self.archive.hypervolume(ref)
+        self.archive.hv_history.append({"generation": g, "hypervolume": hv, "front_size": len(front),
+                                        "candidates": len(self.archive.candidates), "ref_cost": ref})
+        self.tracker.generation(g, {"hypervolume": hv, "front_size": float(len(front)),
+                                    "failures": float(len(self.archive.failures()))})
+        self._write_outputs()
+        best = max(front, key=lambda c: c.point[1], default=None)
+        print(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
+              + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""), flush=True)
+
+    def _ref_cost(self) -> float:
+        """Reference cost of the hypervolume: 1.1 x the full-cache expert's train cost (fixed per run)."""
+        experts = [c for c in self.archive.candidates if c.expert and c.train and c.train.ok]
+        costs = [c.train.cost_cents_mean for c in experts if c.train] or [1.0]
+        return 1.1 * max(costs)
+
+    # ------------------------------------------------------------------ outputs
+
+    def feedback(self, c: Candidate) -> dict[str, Any]:
+        """What a proposer learns about ``c``: per-family pass rates, cost breakdown, failed probes."""
+        results = [self.store.get(r.key) for r in self._requests(self._spec(c), self.train)]
+        failed = []
+        for r in results:
+            if r is None:
+                continue
+            for p in r.probes:
+                if not p.passed:
+                    failed.append({"task": r.task_id, "family": r.family, "kind": p.kind, "answer": p.answer,
+                                   "chosen": p.choice, "evidence_messages_dropped": list(p.evidence_dropped)})
+        return {"train": c.train.to_dict() if c.train else None, "failed_probes": failed[:8]}
+
+    def pareto_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        experts = [c for c in self.archive.candidates if c.expert]
+        for c in self.archive.front() + experts:
+            rows.append({
+                "id": c.id, "label": c.label, "program": c.program, "params": c.params, "expert": c.expert,
+                "generation": c.generation, "proposer": c.proposer, "parents": list(c.parents),
+                "train": ({"pass_rate": c.train.pass_rate, "cost_cents_mean": c.train.cost_cents_mean}
+                          if c.train else None),
+                "heldout": ({"pass_rate": c.heldout.pass_rate, "cost_cents_mean": c.heldout.cost_cents_mean}
+                            if c.heldout else None),
+                "train_pass_rate": c.train.pass_rate if c.train else None,
+                "train_cost_cents_mean": c.train.cost_cents_mean if c.train else None,
+                "heldout_pass_rate": c.heldout.pass_rate if c.heldout else None,
+                "heldout_cost_cents_mean": c.heldout.cost_cents_mean if c.heldout else None,
+            })
+        return rows
+
+    def _write_outputs(self) -> None:
+        self.archive.save(self.run_dir / "archive.json")
+        path = self.run_dir / "pareto.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.pareto_rows(), indent=1))
+        os.replace(tmp, path)
+        if self._executor is not None:
+            (self.run_dir / "replicas.json").write_text(json.dumps(self._executor.stats(), indent=1))
+
+    def _report(self) -> list[Path]:
+        from rsi.report import write_report
+
+        try:
+            return write_report(self.run_dir)
+        except Exception:
+            log.exception("report failed")
+            return []
+
+
+def load_run_config(run_dir: str | Path) -> SearchConfig:
+    """The config a run directory was started with (for ``--resume``)."""
+    return config_from_dict(json.loads((Path(run_dir) / "config.json").read_text()))

@@ -1,0 +1,117 @@
+"""The search loop end to end on the tiny model: archive, front, MLflow, report, determinism, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rsi.archive import Archive
+from rsi.search import Search
+from tests.rsi.conftest import TINY, tiny_config
+
+
+def _summary(run_dir: Path) -> list[tuple]:
+    a = Archive.load(run_dir / "archive.json")
+    return [(c.id, c.label, c.status.value, json.dumps(c.params, sort_keys=True),
+             c.train.to_dict() if c.train else None, c.heldout.to_dict() if c.heldout else None)
+            for c in a.candidates]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_plain):
+    run_dir = tmp_path_factory.mktemp("search") / "run"
+    Search(tiny_config(), run_dir, engine=tiny_plain).run()
+    return run_dir
+
+
+def test_search_writes_archive_front_and_pareto(finished):
+    archive = Archive.load(finished / "archive.json")
+    labels = [c.label for c in archive.candidates]
+    assert "expert:full" in labels and "seed:rolling_drop" in labels
+    assert any(c.generation == 1 for c in archive.candidates), "generation 1 proposed nothing"
+    pareto = json.loads((finished / "pareto.json").read_text())
+    assert any(row["expert"] for row in pareto) and any(not row["expert"] for row in pareto)
+    for row in pareto:
+        assert {"program", "params", "train", "heldout", "expert"} <= set(row)
+        assert {"pass_rate", "cost_cents_mean"} <= set(row["train"])
+    front_rows = [r for r in pareto if not r["expert"]]
+    assert all(r["heldout"] is not None for r in front_rows[:1])
+    assert [h["generation"] for h in archive.hv_history] == [0, 1]
+    assert (finished / "evaluations.jsonl").stat().st_size > 0
+
+
+def test_mlflow_holds_a_parent_and_child_runs(finished):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{finished / 'mlflow.db'}")
+    exp = mlflow.get_experiment_by_name(TINY["name"])
+    assert exp is not None
+    runs = mlflow.search_runs(experiment_ids=[exp.experiment_id])
+    parents = runs[runs["tags.akv.kind"] == "search"]
+    children = runs[runs["tags.akv.kind"].isin(["candidate", "expert"])]
+    assert len(parents) == 1 and parents.iloc[0]["status"] == "FINISHED"
+    assert len(children) >= 3
+    assert (children["tags.mlflow.parentRunId"] == parents.iloc[0]["run_id"]).all()
+    scored = children[children["tags.akv.status"] == "ok"]
+    assert scored["metrics.train_pass_rate"].notna().all() and scored["metrics.train_cost_cents_mean"].notna().all()
+    assert "metrics.hypervolume" in parents.columns
+    client = mlflow.tracking.MlflowClient()
+    cand = scored[scored["tags.akv.kind"] == "candidate"].iloc[0]
+    names = {a.path for a in client.list_artifacts(cand["run_id"])}
+    assert {"program.py", "task_results.parquet"} <= names
+
+
+def test_report_has_the_expected_series(finished):
+    html = (finished / "report.html").read_text()
+    for needle in ("Headline", "cost vs pass rate", "expert:full", "Hypervolume per generation", "lineage",
+                   "Per-family pass rates", "data:image/png;base64,"):
+        assert needle.lower() in html.lower(), needle
+    for fig in ("pareto_train", "pareto_heldout", "hypervolume", "lineage", "families"):
+        assert (finished / "figures" / f"{fig}.png").stat().st_size > 1000
+
+
+def test_same_config_same_archive(finished, tmp_path, tiny_plain):
+    again = tmp_path / "again"
+    Search(tiny_config(), again, engine=tiny_plain).run()
+    assert _summary(again) == _summary(finished)
+
+
+def _count(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_resume_after_kill_ends_with_the_same_archive(finished, tmp_path):
+    cfg = tmp_path / "tiny.yaml"
+    import yaml
+
+    cfg.write_text(yaml.safe_dump(TINY))
+    run_dir = tmp_path / "killed"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", "search", str(cfg), "--run-dir", str(run_dir)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    evals = run_dir / "evaluations.jsonl"
+    deadline = time.monotonic() + 300
+    while _count(evals) < 8:  # kill mid-search: experts done, tuning under way
+        assert proc.poll() is None, "the search ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = _count(evals)
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state.get("status") is None  # it never finished
+    resumed = subprocess.run([sys.executable, "-m", "rsi.cli", "search", "--resume", str(run_dir)], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert _summary(run_dir) == _summary(finished)
+    # Nothing finished before the kill was computed again: every stored key appears once.
+    keys = [json.loads(line)["key"] for line in evals.read_text().splitlines() if line.strip().startswith("{")]
+    assert len(keys) == len(set(keys)) and len(keys) >= done_before
+    assert json.loads((run_dir / "state.json").read_text())["attempt"] == 2
