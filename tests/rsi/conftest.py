@@ -38,3 +38,13 @@ def tiny_plain():
 
     base = get_engine("tiny-random")
     return Engine(base.model, base.tokenizer, "plain", pool_bytes=256 << 20, name=base.name)
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory, tiny_plain):
+    """A finished tiny search (shared by the search, report and browser tests)."""
+    from rsi.search import Search
+
+    run_dir = tmp_path_factory.mktemp("search") / "run"
+    Search(tiny_config(), run_dir, engine=tiny_plain).run()
+    return run_dir

@@ -24,13 +24,6 @@ def _summary(run_dir: Path) -> list[tuple]:
             for c in a.candidates]
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, tiny_plain):
-    run_dir = tmp_path_factory.mktemp("search") / "run"
-    Search(tiny_config(), run_dir, engine=tiny_plain).run()
-    return run_dir
-
-
 def test_search_writes_archive_front_and_pareto(finished):
     archive = Archive.load(finished / "archive.json")
     labels = [c.label for c in archive.candidates]

@@ -1,0 +1,109 @@
+"""The LLM proposer against real OpenAI-compatible servers: a scripted one, and ``akv serve``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+from fastapi import FastAPI, Request
+
+from engine.server import ServerThread
+from rsi.archive import Archive, Status
+from rsi.proposers.llm import apply_reply
+from rsi.search import Search
+from search_spaces import seed_source
+from tests.rsi.conftest import tiny_config
+
+GOOD = seed_source("rolling_drop").replace('"keep_tool_responses": 12', '"keep_tool_responses": 3')
+BROKEN = "def decide(request, params)\n    return {}\n"
+MALICIOUS = ("import os\n\ndef decide(request, params):\n    os.system('echo pwned')\n    return {}\n\n"
+             "def space(trial):\n    return {}\n")
+DIFF = ('<<<<<<< SEARCH\n    "keep_tool_responses": 12,\n=======\n    "keep_tool_responses": 5,\n'
+        '>>>>>>> REPLACE\n')
+
+
+def scripted_app(replies: Iterator[str], seen: list[dict]) -> FastAPI:
+    app = FastAPI()
+    lock = threading.Lock()
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: Request) -> dict:
+        body = await req.json()
+        with lock:
+            seen.append(body)
+            text = next(replies, "no more ideas")
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}}
+
+    return app
+
+
+def test_apply_reply_formats():
+    parent = seed_source("rolling_drop")
+    src, note = apply_reply(DIFF, parent)
+    assert '"keep_tool_responses": 5' in src and "1 SEARCH/REPLACE" in note
+    src, _ = apply_reply(f"Here:\n```python\n{GOOD}```\nDone.", parent)
+    assert src == GOOD
+    bad, note = apply_reply("<<<<<<< SEARCH\nnot in parent\n=======\nx\n>>>>>>> REPLACE", parent)
+    assert note == "diff did not apply"
+
+
+def test_scripted_endpoint_good_broken_and_malicious_programs(tmp_path, tiny_plain):
+    # Proposal 1: good. Proposal 2: broken, then broken again after the retry. Proposal 3: malicious twice.
+    # Proposal 4: a SEARCH/REPLACE diff.
+    replies = iter([f"```python\n{GOOD}```", BROKEN, BROKEN, f"```python\n{MALICIOUS}```",
+                    f"```python\n{MALICIOUS}```", DIFF])
+    seen: list[dict] = []
+    with ServerThread(scripted_app(replies, seen)) as srv:
+        cfg = tiny_config(proposer={"kind": "llm", "base_url": srv.base_url + "/v1", "model": "scripted",
+                                    "per_generation": 4, "price_in": 1.0, "price_out": 2.0, "budget_usd": 1.0})
+        run = tmp_path / "llm"
+        Search(cfg, run, engine=tiny_plain).run()
+    archive = Archive.load(run / "archive.json")
+    llm = [c for c in archive.candidates if c.proposer == "llm"]
+    refused = [c for c in llm if c.status is Status.REFUSED]
+    assert len(refused) == 2, [(c.label, c.status, c.reason) for c in llm]
+    reasons = " | ".join(c.reason for c in refused)
+    assert "syntax" in reasons.lower() and "os" in reasons
+    scored = [c for c in llm if c.status is Status.OK]
+    assert scored, "the good program and the diff should be tuned and scored"
+    # The prompt carried the API, the parent program, its metrics and feedback; the retry carried the error.
+    first = seen[0]["messages"][-1]["content"]
+    assert "Writing a KV-cache policy program" in first and "Train pass rate" in first and "def decide" in first
+    retry = seen[2]["messages"][-1]["content"]
+    assert "refused" in retry
+    stats = json.loads((run / "proposer_stats.json").read_text())
+    assert stats["prompt_tokens"] == 1000 * len(seen) and stats["usd"] == pytest.approx(len(seen) * 1200 / 1e6)
+
+
+def test_budget_caps_proposing(tmp_path, tiny_plain):
+    seen: list[dict] = []
+    with ServerThread(scripted_app(iter([f"```python\n{GOOD}```"] * 10), seen)) as srv:
+        cfg = tiny_config(proposer={"kind": "llm", "base_url": srv.base_url + "/v1", "model": "scripted",
+                                    "per_generation": 4, "budget_tokens": 2000})
+        Search(cfg, tmp_path / "budget", engine=tiny_plain).run()
+    assert len(seen) == 2  # 1100 tokens per call: the third call would pass the 2000-token budget
+    assert json.loads((tmp_path / "budget" / "proposer_stats.json").read_text())["budget_exhausted"]
+
+
+@pytest.mark.slow
+def test_llm_proposer_against_akv_serve_with_the_default_model(tmp_path, tiny_plain):
+    """A real client on a real server: gemma-3-270m writes unusable programs, all recorded as failures."""
+    from engine import Engine
+    from engine.server import create_app
+
+    gemma = Engine.from_pretrained("gemma-3-270m")
+    with ServerThread(create_app(gemma, snapshot_dir=tmp_path / "snaps")) as srv:
+        cfg = tiny_config(proposer={"kind": "llm", "base_url": srv.base_url + "/v1", "model": "gemma-3-270m",
+                                    "per_generation": 1, "max_tokens": 48, "temperature": 0.0})
+        run = tmp_path / "gemma"
+        Search(cfg, run, engine=tiny_plain).run()
+    archive = Archive.load(run / "archive.json")
+    llm = [c for c in archive.candidates if c.proposer == "llm"]
+    assert llm, "the model's proposal must be recorded"
+    for c in llm:
+        assert c.status is not Status.OK and c.reason, (c.label, c.status, c.reason)
+    assert gemma.stats.requests >= 2  # the proposal and its one retry
