@@ -47,7 +47,7 @@ def test_apply_reply_formats():
     assert '"keep_tool_responses": 5' in src and "1 SEARCH/REPLACE" in note
     src, _ = apply_reply(f"Here:\n```python\n{GOOD}```\nDone.", parent)
     assert src == GOOD
-    bad, note = apply_reply("<<<<<<< SEARCH\nnot in parent\n=======\nx\n>>>>>>> REPLACE", parent)
+    _, note = apply_reply("<<<<<<< SEARCH\nnot in parent\n=======\nx\n>>>>>>> REPLACE", parent)
     assert note == "diff did not apply"
 
 

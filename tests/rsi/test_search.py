@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from rsi.archive import Archive
 from rsi.search import Search
 from tests.rsi.conftest import TINY, tiny_config
