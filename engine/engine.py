@@ -314,6 +314,7 @@ class Engine:
         conts = [self._continuation(prefix, prefix_ids, c) for c in candidates]
         history = replay(items)
         self._check_length(history, max(len(c) for c in conts))
+        t0 = time.perf_counter()
         plan = plan_request(self.tree, items, history)
         end: Node | None = None
         try:
@@ -357,6 +358,7 @@ class Engine:
                                else None)
         finally:
             release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
+        self.stats.add(plan.usage, Timings(time.perf_counter() - t0, 0.0))
         return ScoreResult(list(candidates), scores, [len(c) for c in conts], plan.usage)
 
     # ------------------------------------------------------------------ internals
