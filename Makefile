@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 quickstart: install
-	$(PY) -m engine.demo
+	$(PY) -m rsi.cli search experiments/quickstart.yaml
 
 lint: install
 	$(PY) -m ruff check .
