@@ -41,7 +41,8 @@ def run(engine: Engine, specs: list[PolicySpec], tasks: list[Any], share: bool, 
     wall = time.perf_counter() - t0
     n = len(tasks) * len(specs)
     return {"share": share, "evaluations": n, "failed": failed, "wall_s": wall, "evals_per_min": 60 * n / wall,
-            "prefill_tokens": engine.stats.prefill_tokens - start[0], "cached_tokens": engine.stats.cached_tokens - start[1]}
+            "prefill_tokens": engine.stats.prefill_tokens - start[0],
+            "cached_tokens": engine.stats.cached_tokens - start[1]}
 
 
 def main(argv: list[str] | None = None) -> int:
