@@ -18,6 +18,10 @@ Eviction (:meth:`RadixTree.ensure_room`), in order:
    room (making room there by discarding its own LRU nodes), otherwise discard; ABSENT leaves
    are removed from the tree.
 
+The order of step 2 (and of host-tier victims) is LRU unless an :class:`EvictionOrder` is set on
+``tree.eviction_order`` (the survival layer, ``engine.survival``, sets one); with none set nothing
+changes. :meth:`RadixTree.swap_out` and :meth:`RadixTree.discard` let that layer move one node.
+
 The tree is payload-agnostic (``engine.kvstore``): the dry run uses sizes only and makes exactly
 the same decisions. Mutations happen only through its methods; ``check_integrity`` verifies
 every structural and accounting invariant.
@@ -30,7 +34,7 @@ import heapq
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from engine.history import Drop, Item, intersect_ranges, merge_ranges
 from engine.kvstore import Payload
@@ -112,6 +116,23 @@ class TreeStats:
     host_discarded_tokens: int = 0
 
 
+class EvictionOrder(Protocol):
+    """Orders eviction victims: the node with the smallest ``key`` goes first.
+
+    ``prepare(tree)`` is called once at the start of every eviction pass (before any ``key``), so
+    an implementation can precompute per-node data; ``key`` must not mutate the tree. Keys of one
+    pass must be mutually comparable.
+    """
+
+    def prepare(self, tree: RadixTree) -> None: ...
+
+    def key(self, node: Node) -> Any: ...
+
+
+def _lru_key(node: Node) -> int:
+    return node.last_access
+
+
 def _count_tokens(items: Sequence[Item]) -> int:
     return sum(1 for it in items if isinstance(it, int))
 
@@ -134,6 +155,7 @@ class RadixTree:
         self.host_used = 0
         self.clock = 0
         self.stats = TreeStats()
+        self.eviction_order: EvictionOrder | None = None  # None: LRU (see the module docstring)
 
     # ------------------------------------------------------------------ lookup and insertion
 
@@ -299,7 +321,11 @@ class RadixTree:
         if self.pool_used + nbytes <= self.pool_bytes:
             return True
         self.free_dropped()
-        heap = [(n.last_access, n.uid, n) for n in self.nodes() if self._evictable(n)]
+        order = self.eviction_order
+        if order is not None:
+            order.prepare(self)
+        key = order.key if order is not None else _lru_key
+        heap = [(key(n), n.uid, n) for n in self.nodes() if self._evictable(n)]
         heapq.heapify(heap)
         while self.pool_used + nbytes > self.pool_bytes and heap:
             _, _, node = heapq.heappop(heap)
@@ -312,7 +338,7 @@ class RadixTree:
             else:
                 self._discard(node)
             if parent is not None and self._evictable(parent):
-                heapq.heappush(heap, (parent.last_access, parent.uid, parent))
+                heapq.heappush(heap, (key(parent), parent.uid, parent))
         return self.pool_used + nbytes <= self.pool_bytes
 
     def _evictable(self, node: Node) -> bool:
@@ -320,11 +346,37 @@ class RadixTree:
                 and node.state is KVState.RESIDENT and node.n_tokens > 0
                 and not any(c.state is KVState.RESIDENT and c.n_tokens > 0 for c in node.children.values()))
 
+    def swap_out(self, node: Node) -> bool:
+        """Move an unlocked RESIDENT node to the host tier now, making room there by discarding
+        host nodes in eviction order; returns whether it moved (False: locked, not resident, or no
+        host room)."""
+        if node.lock or node.state is not KVState.RESIDENT or node.payload is None or node.parent is None:
+            return False
+        size = node.payload.nbytes
+        if self.host_bytes < size:
+            return False
+        if self.eviction_order is not None:
+            self.eviction_order.prepare(self)
+        if not self._make_host_room(size):
+            return False
+        self._swap_out(node)
+        return True
+
+    def discard(self, node: Node) -> int:
+        """Forget an unlocked node's KV now (pool or host); returns the tokens freed (0 if locked
+        or already ABSENT). A leaf is removed from the tree, as in eviction."""
+        if node.lock or node.payload is None or node.parent is None:
+            return 0
+        n = node.n_tokens
+        self._discard(node)
+        return n
+
     def _make_host_room(self, nbytes: int) -> bool:
         if self.host_used + nbytes <= self.host_bytes:
             return True
+        order = self.eviction_order
         victims = sorted((n for n in self.nodes() if n.state is KVState.HOST and n.lock == 0),
-                         key=lambda n: (n.last_access, n.uid))
+                         key=(lambda n: (n.last_access, n.uid)) if order is None else (lambda n: (order.key(n), n.uid)))
         for v in victims:
             if self.host_used + nbytes <= self.host_bytes:
                 break

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from search_spaces import program_api, rules
+from search_spaces import program_api, rules, survival_api
 from search_spaces.errors import PolicyError
 
-_ATTRIBUTES = rules.allowed_attributes(program_api.API_CLASSES)
+# Cache programs and survival programs share one language; their API classes' names are readable.
+_ATTRIBUTES = rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
 _FRIENDLY = {
     "ClassDef": "class definitions", "With": "with statements", "AsyncWith": "with statements",
     "Global": "global statements", "Nonlocal": "nonlocal statements", "Yield": "yield",

@@ -229,3 +229,125 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+
+
+class SandboxSession:
+    """A long-lived sandbox child in ``serve`` mode: one JSON request per line, one answer per line.
+
+    The child is confined exactly as in :func:`run_child` (``cpu_seconds`` bounds its whole life;
+    ``wall_seconds`` bounds each answer, and the start). After the first failure (timeout, crash,
+    error, oversized answer) the session is dead: every later :meth:`ask` returns that failure.
+    Always :meth:`close` it (it is also a context manager); closing kills the process group.
+
+    Raises:
+        TypeError: ``job`` is not JSON (a caller mistake).
+    """
+
+    def __init__(self, job: dict[str, Any], limits: SandboxLimits) -> None:
+        self.limits = limits
+        self.failure: ChildOutput | None = None
+        self.calls = 0
+        self._tmp = tempfile.TemporaryDirectory(prefix="akv-sandbox-")
+        payload = json.dumps({**job, "mode": "serve", "limits": limits.for_child()}).encode() + b"\n"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, env={}, cwd=self._tmp.name, start_new_session=True, close_fds=True)
+        self._out, self._err = bytearray(), bytearray()
+        self._sel = selectors.DefaultSelector()
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ, self._out)
+        self._sel.register(self.proc.stderr, selectors.EVENT_READ, self._err)
+        self._send(payload)
+        first = self._answer()
+        if first.status is Status.OK and not (first.answer or {}).get("ready"):
+            first = ChildOutput(Status.CRASHED, "the sandbox process did not get ready", None, first.wall_seconds)
+        if first.status is not Status.OK:
+            self._fail(first)
+
+    def __enter__(self) -> SandboxSession:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def ask(self, message: dict[str, Any]) -> ChildOutput:
+        """Send one request line and wait for its answer (status OK: ``answer`` is the parsed line)."""
+        if self.failure is not None:
+            return self.failure
+        self.calls += 1
+        self._send(json.dumps(message).encode() + b"\n")
+        out = self._answer()
+        if out.status is not Status.OK:
+            self._fail(out)
+        return out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self._send(b'{"stop": true}\n')
+            try:
+                self.proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                _kill(self.proc)
+                self.proc.wait()
+        self._sel.close()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        self._tmp.cleanup()
+
+    def _fail(self, out: ChildOutput) -> None:
+        self.failure = out
+        if self.proc.poll() is None:
+            _kill(self.proc)
+            self.proc.wait()
+
+    def _send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the child is gone; _answer reads how it ended
+
+    def _answer(self) -> ChildOutput:
+        start = time.monotonic()
+        deadline = start + self.limits.wall_seconds
+        cap = self.limits.max_output_bytes + 4096
+        while b"\n" not in self._out:
+            if not self._sel.get_map() or self.proc.stdout is None or self.proc.stdout.closed:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _kill(self.proc)
+                return ChildOutput(Status.TIMEOUT, f"wall-clock limit of {self.limits.wall_seconds:g} s exceeded",
+                                   None, time.monotonic() - start)
+            eof = False
+            for key, _ in self._sel.select(timeout=min(left, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    self._sel.unregister(key.fileobj)
+                    eof = eof or key.data is self._out
+                    continue
+                key.data.extend(chunk)
+                if key.data is self._err and len(self._err) > _STDERR_CAP:
+                    del self._err[: len(self._err) - _STDERR_CAP]
+            if len(self._out) > cap:
+                return ChildOutput(Status.OUTPUT_LIMIT, f"the answer exceeds {self.limits.max_output_bytes} bytes",
+                                   None, time.monotonic() - start)
+            if eof:
+                break
+        wall = time.monotonic() - start
+        if b"\n" in self._out:
+            line, _, rest = bytes(self._out).partition(b"\n")
+            self._out[:] = rest
+            return _classify(0, line, b"", "exit", self.limits, wall)
+        try:
+            rc = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill(self.proc)
+            rc = self.proc.wait()
+        out = bytes(self._out)
+        self._out.clear()
+        if rc == 0 and not out:
+            return ChildOutput(Status.CRASHED, "the sandbox process exited without an answer", None, wall)
+        return _classify(rc, out, bytes(self._err), "exit", self.limits, wall)

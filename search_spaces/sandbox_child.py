@@ -15,6 +15,10 @@ It answers one JSON object on stdout: ``{"status": "ok", ...}`` or ``{"status": 
 "memory" | "output_limit", "reason": ...}``. In ``space`` mode it first asks for each parameter
 in turn (a line ``{"ask": spec}`` on stdout, answered by ``{"value": v}`` on stdin), so the host
 draws exactly the parameters that ``space(trial)`` reaches, in order, from a real Optuna trial.
+Survival programs (``survival_api.py``) run in ``survival`` mode (a batch of requests, one answer)
+or in ``serve`` mode: after ``{"status": "ok", "ready": true}`` it answers each request line
+``{"request": ...}`` with one line of decisions until ``{"stop": true}`` or end of input, so a
+simulation can ask thousands of times without starting thousands of processes.
 It is not imported by the search process.
 """
 
@@ -130,7 +134,7 @@ def _program_line(err: BaseException) -> str:
     return f" (line {lines[-1]})" if lines else ""
 
 
-def _run(job: dict[str, Any], api: Any, rules: Any, guard: Guard) -> dict[str, Any]:
+def _run(job: dict[str, Any], api: Any, rules: Any, guard: Guard, survival: Any = None) -> dict[str, Any] | None:
     proxies = {name: types.SimpleNamespace(**{n: getattr(__import__(name), n) for n in sorted(allowed)})
                for name, allowed in rules.ALLOWED_MODULES.items()}
 
@@ -155,6 +159,13 @@ def _run(job: dict[str, Any], api: Any, rules: Any, guard: Guard) -> dict[str, A
             if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
                 return {"status": "error", "reason": "space(trial) must return a dict with string keys"}
             return {"status": "ok", "params": json.loads(json.dumps(params))}
+        if job["mode"] == "survival":
+            return _survive_all(job, namespace["decide"], survival, guard)
+        if job["mode"] == "serve":
+            sys.stdout.write(json.dumps({"status": "ok", "ready": True}) + "\n")
+            sys.stdout.flush()
+            _serve(job, namespace["decide"], survival, guard)
+            return None
         return _decide_all(job, namespace["decide"], api, guard)
     except MemoryError:
         return {"status": "memory", "reason": f"{stage}: out of memory"}
@@ -207,13 +218,74 @@ def _decide_all(job: dict[str, Any], decide: Any, api: Any, guard: Guard) -> dic
     return {"status": "ok", "episodes": out}
 
 
+def _survive_one(request: Any, params: dict[str, Any], decide: Any, survival: Any, guard: Guard,
+                 where: str) -> dict[str, Any]:
+    """Run ``decide`` on one survival request; the answer maps session ids to decision dicts."""
+    view = survival.SurvivalView(request)
+    try:
+        with _armed(guard):
+            raw = decide(view, dict(params))
+    except MemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of the program is its record
+        return {"status": "error", "reason": f"decide: {type(err).__name__}{_program_line(err)}: {err} [{where}]"}
+    if isinstance(raw, list | tuple):
+        raw = {s.session: d for s, d in zip(view.sessions, raw)}
+    if not isinstance(raw, dict):
+        return {"status": "error", "reason": f"decide returned {type(raw).__name__}; return a dict of session id "
+                                             f"to decision [{where}]"}
+    try:
+        return {"status": "ok", "decisions": json.loads(json.dumps(raw))}
+    except (TypeError, ValueError) as err:
+        return {"status": "error", "reason": f"decide returned a value that is not JSON: {err} [{where}]"}
+
+
+def _survive_all(job: dict[str, Any], decide: Any, survival: Any, guard: Guard) -> dict[str, Any]:
+    out: list[Any] = []
+    size, cap = 0, int(job["limits"]["max_output_bytes"])
+    for r, request in enumerate(job["requests"]):
+        answer = _survive_one(request, job["params"], decide, survival, guard, f"request {r}")
+        if answer["status"] != "ok":
+            return answer
+        size += len(json.dumps(answer["decisions"]))
+        if size > cap:
+            return {"status": "output_limit", "reason": f"decisions exceed {cap} bytes of output"}
+        out.append(answer["decisions"])
+    return {"status": "ok", "decisions": out}
+
+
+def _serve(job: dict[str, Any], decide: Any, survival: Any, guard: Guard) -> None:
+    cap = int(job["limits"]["max_output_bytes"])
+    calls = 0
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        msg = json.loads(line)
+        if not isinstance(msg, dict) or msg.get("stop"):
+            return
+        calls += 1
+        try:
+            answer = _survive_one(msg["request"], job["params"], decide, survival, guard, f"call {calls}")
+        except MemoryError:
+            answer = {"status": "memory", "reason": f"decide: out of memory [call {calls}]"}
+        text = json.dumps(answer)
+        if len(text) > cap:
+            text = json.dumps({"status": "output_limit", "reason": f"the answer exceeds {cap} bytes"})
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
     job = json.loads(sys.stdin.buffer.readline())
     rules, api = _load("rules"), _load("program_api")
+    survival = _load("survival_api") if job.get("mode") in ("survival", "serve") else None
     guard = Guard()
     sys.addaudithook(guard)
     try:
-        result = _run(job, api, rules, guard)
+        result = _run(job, api, rules, guard, survival)
+        if result is None:
+            return
         text = json.dumps(result)
     except MemoryError:
         text = json.dumps({"status": "memory", "reason": "out of memory"})

@@ -41,6 +41,17 @@ class _EngineCollector(Collector):
             "akv_queue_depth": ("Requests waiting or generating", self.scheduler.depth),
             "akv_running": ("Generations in flight", len(self.scheduler.active)),
         }
+        survival = getattr(self.scheduler, "survival", None)
+        if survival is not None:
+            c = survival.counters
+            gauges["akv_survival_paused_sessions"] = ("Sessions paused on a tool", len(survival.paused))
+            for name, (doc, value) in {
+                "akv_survival_pauses": ("Sessions paused on a tool call", c.pauses),
+                "akv_survival_swap_out_bytes": ("KV bytes swapped out by survival decisions", c.swap_out_bytes),
+                "akv_survival_discarded_tokens": ("Tokens discarded by survival decisions", c.discarded_tokens),
+                "akv_survival_policy_errors": ("Survival policy calls that failed", c.policy_errors),
+            }.items():
+                yield CounterMetricFamily(name, doc, value=value)
         for name, (doc, value) in gauges.items():
             yield GaugeMetricFamily(name, doc, value=value)
 

@@ -7,6 +7,11 @@ Retry-After), every request has a deadline (checked while queued and between tok
 client that goes away sets the job's cancel flag, which ends its generation and frees its locks.
 Other work on the engine (save, load) runs on the same thread as a ``call`` job, so the engine
 is never touched by two threads. When idle, the worker checks the tree's integrity.
+
+With a survival manager (``engine.survival``), a chat job that names a session resumes it before
+its prefill and, when its reply ends in a tool call or the request gave a ``tool_gap``, pauses it
+afterwards; the worker revisits expired survival decisions every iteration. Survival errors are
+logged and never fail a request.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.engine import ChatResult, Engine, Generation
 from engine.errors import AKVError, CapacityError
+
+if TYPE_CHECKING:
+    from engine.survival import SurvivalManager, ToolGap
 
 log = logging.getLogger("akv.scheduler")
 
@@ -49,6 +57,8 @@ class Job:
     chat: dict[str, Any] | None = None
     call: Callable[[Engine], Any] | None = None
     on_text: Callable[[str], None] | None = None
+    session: str | None = None
+    tool_gap: ToolGap | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     enqueued: float = field(default_factory=time.monotonic)
 
@@ -75,10 +85,14 @@ class Scheduler:
         max_queue: waiting jobs beyond which submissions are refused.
         max_batch: most generations advanced together.
         timeout: default per-request deadline in seconds.
+        survival: the survival manager over ``engine.tree`` (``None``: no pause tracking).
     """
 
-    def __init__(self, engine: Engine, max_queue: int = 64, max_batch: int = 8, timeout: float = 600.0):
+    def __init__(self, engine: Engine, max_queue: int = 64, max_batch: int = 8, timeout: float = 600.0,
+                 survival: SurvivalManager | None = None):
         self.engine = engine
+        self.survival = survival
+        self._service: dict[str, tuple[int, float]] = {}  # session -> (turns, service seconds)
         self.max_batch = max_batch
         self.timeout = timeout
         self.queue: queue.Queue[Job] = queue.Queue(maxsize=max_queue)
@@ -113,6 +127,8 @@ class Scheduler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                if self.survival is not None:
+                    self._survival(lambda m: m.tick(time.monotonic()))
                 self._admit()
                 self._advance()
             except Exception:  # the worker must survive anything and fail its jobs instead
@@ -143,6 +159,14 @@ class Scheduler:
                 job.resolve(job.call(self.engine))
                 return
             assert job.chat is not None
+            if self.survival is not None and job.session is not None:
+                session, waited = job.session, time.monotonic() - job.enqueued
+
+                def resume(m: SurvivalManager) -> None:
+                    m.resume(session, time.monotonic())
+                    m.admitted(session, waited)
+
+                self._survival(resume)
             gen = self.engine.start(**job.chat, on_text=job.on_text,
                                     cancelled=lambda: job.cancel.is_set() or job.expired())
         except AKVError as err:
@@ -168,6 +192,8 @@ class Scheduler:
 
     def _finish(self, job: Job, gen: Generation) -> None:
         result: ChatResult = self.engine.finish(gen)
+        if self.survival is not None and job.session is not None and result.finish_reason != "cancelled":
+            self._pause(job, gen, result)
         if result.finish_reason == "cancelled" and job.expired() and not job.cancel.is_set():
             job.resolve(error=TimeoutError_(f"the request ran past its deadline after {len(result.token_ids)} "
                                             "tokens", field="timeout", value=None))
@@ -184,6 +210,32 @@ class Scheduler:
             job.resolve(error=RuntimeError(message))
         self.active = []
         self.last_error = message
+
+    def _survival(self, action: Callable[[SurvivalManager], Any]) -> None:
+        assert self.survival is not None
+        try:
+            action(self.survival)
+        except AKVError:
+            log.exception("survival layer")
+
+    def _pause(self, job: Job, gen: Generation, result: ChatResult) -> None:
+        from engine.survival import ToolGap, TreeBackend, tool_call_name
+
+        assert job.session is not None and self.survival is not None
+        turns, service = self._service.get(job.session, (0, 0.0))
+        self._service[job.session] = (turns + 1, service + result.timings.total_s)
+        while len(self._service) > 10_000:
+            self._service.pop(next(iter(self._service)))
+        name = tool_call_name(result.text)
+        gap = job.tool_gap or (ToolGap(name) if name is not None else None)
+        backend = self.survival.backend
+        if gap is None or not isinstance(backend, TreeBackend):
+            return
+        items = [*gen.items, *gen.tokens[:-1]]
+        session = job.session
+        self._survival(lambda m: m.pause(session, backend.handle_for(items), now=time.monotonic(), turn=turns,
+                                         context_tokens=sum(1 for it in items if isinstance(it, int)), gap=gap,
+                                         service_s=service + result.timings.total_s))
 
     def _idle(self) -> None:
         self.engine.check_integrity()

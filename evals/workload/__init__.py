@@ -1,0 +1,64 @@
+"""Multi-session agent workloads: traces, the real-engine replay, the simulator, the survival report.
+
+Public surface (the search loop and outside checks rely on these names)::
+
+    from evals.workload import generate_trace, save_trace, load_trace, import_recorded_file
+    from evals.workload import replay, ReplayConfig, simulate, SimConfig, calibrate
+    trace = generate_trace("tool-heavy", sessions=8, seed=0)        # or "memory-tight"
+    r = replay(trace, "ttl", ReplayConfig(model="tiny-random"))    # real engine, wall clock
+    m = simulate(trace, {"name": "min_waste", "params": {}})       # model clock, cluster scale
+    m["jct_mean_s"], m["jct_p95_s"], m["resume_ttft_p50_s"], m["resume_ttft_p95_s"],
+    m["recompute_tokens"], m["peak_pool_bytes"]
+
+CLI: ``python -m evals.workload.cli`` (``add_parser`` registers ``akv workload``); the report:
+``python -m evals.workload.report``. Trace schema: ``evals.workload.trace``; recorded runs:
+``evals.workload.importer``; docs/survival.md explains policies, simulator and calibration.
+"""
+
+from evals.workload.calibrate import Calibration, TemplateTokens, calibrate, default_calibration, load_calibration
+from evals.workload.generate import KINDS, TOOL_KINDS, ToolKind, WorkloadSpec, generate_trace, get_kind
+from evals.workload.importer import import_recorded, import_recorded_file
+from evals.workload.metrics import METRIC_KEYS
+from evals.workload.replay import ReplayConfig, replay
+from evals.workload.sim import SimConfig, simulate
+from evals.workload.trace import (
+    FORMAT,
+    SessionSpec,
+    Trace,
+    TraceHeader,
+    Turn,
+    WorkloadError,
+    load_trace,
+    parse_trace,
+    save_trace,
+)
+
+__all__ = [
+    "FORMAT",
+    "KINDS",
+    "METRIC_KEYS",
+    "TOOL_KINDS",
+    "Calibration",
+    "ReplayConfig",
+    "SessionSpec",
+    "SimConfig",
+    "TemplateTokens",
+    "ToolKind",
+    "Trace",
+    "TraceHeader",
+    "Turn",
+    "WorkloadError",
+    "WorkloadSpec",
+    "calibrate",
+    "default_calibration",
+    "generate_trace",
+    "get_kind",
+    "import_recorded",
+    "import_recorded_file",
+    "load_calibration",
+    "load_trace",
+    "parse_trace",
+    "replay",
+    "save_trace",
+    "simulate",
+]

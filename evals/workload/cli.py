@@ -1,0 +1,161 @@
+"""``akv workload``: generate, import, replay and simulate agent workloads (thin wrappers).
+
+    akv workload generate --kind tool-heavy --sessions 8 --out trace.jsonl [--seed 0] [--time-scale 1]
+    akv workload import recorded.jsonl --out trace.jsonl
+    akv workload replay trace.jsonl --survival ttl --out r.json [--model gemma-3-270m]
+    akv workload simulate trace.jsonl --survival ttl --out r.json [--calibration cal.json]
+
+``--survival`` takes a policy name (lru, ttl, min_waste, program_priority, next_ref, intent,
+weighted); ``--params '{"ttl_s": 2}'`` sets its parameters; ``--program FILE`` runs a survival
+program instead. ``add_parser(subparsers)`` registers the ``workload`` command on an existing
+``argparse`` parser (``rsi/cli.py``); ``main(argv)`` serves ``python -m evals.workload.cli``.
+Errors are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from engine.errors import AKVError
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from search_spaces.survival import survival_policy_names
+
+    try:
+        params = json.loads(args.params) if args.params else {}
+    except json.JSONDecodeError as err:
+        raise AKVError(f"--params must be a JSON object: {err.msg}", field="params", value=args.params) from None
+    if not isinstance(params, dict):
+        raise AKVError(f"--params must be a JSON object, got {args.params!r}", field="params", value=args.params)
+    if args.program:
+        return {"source": Path(args.program).read_text(encoding="utf-8"), "params": params}
+    if args.survival is None:
+        raise AKVError(f"give --survival NAME ({', '.join(survival_policy_names()[:-1])}) or --program FILE",
+                       field="survival", value=None)
+    return {"name": args.survival, "params": params}
+
+
+def _write(result: dict[str, Any], out: str) -> int:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    keys = ("jct_mean_s", "jct_p95_s", "resume_ttft_p50_s", "resume_ttft_p95_s", "recompute_tokens", "peak_pool_bytes")
+    if result.get("ok", True):
+        print(" ".join(f"{k}={result.get(k)}" for k in keys), flush=True)
+        return 0
+    print(f"policy failed: {result.get('error')}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from evals.workload.generate import generate_trace
+    from evals.workload.trace import save_trace
+
+    trace = generate_trace(args.kind, args.sessions, args.seed, args.time_scale, args.arrival_rate, args.token_scale)
+    path = save_trace(trace, args.out)
+    print(f"wrote {path}: {len(trace.sessions)} sessions, {trace.n_turns} turns, pool_tokens="
+          f"{trace.header.pool_tokens}, host_tokens={trace.header.host_tokens}", flush=True)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from evals.workload.importer import import_recorded_file
+    from evals.workload.trace import save_trace
+
+    trace = import_recorded_file(args.recorded)
+    path = save_trace(trace, args.out)
+    print(f"wrote {path}: {len(trace.sessions)} sessions, {trace.n_turns} turns", flush=True)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from evals.workload.calibrate import load_calibration
+    from evals.workload.replay import ReplayConfig, replay
+
+    cal = load_calibration(args.calibration) if args.calibration else None
+    config = ReplayConfig(model=args.model, pool_tokens=args.pool_tokens, host_tokens=args.host_tokens,
+                          max_batch=args.max_batch, calibration=cal, threads=args.threads)
+    return _write(replay(args.trace, _spec(args), config), args.out)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from evals.workload.calibrate import default_calibration, load_calibration
+    from evals.workload.sim import SimConfig, simulate
+
+    cal = load_calibration(args.calibration) if args.calibration else default_calibration()
+    config = SimConfig(calibration=cal, pool_tokens=args.pool_tokens, host_tokens=args.host_tokens,
+                       max_batch=args.max_batch)
+    return _write(simulate(args.trace, _spec(args), config), args.out)
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a trace file (JSON lines, akv-workload/1)")
+    p.add_argument("--survival", default=None, help="survival policy name")
+    p.add_argument("--params", default=None, help="policy parameters as a JSON object")
+    p.add_argument("--program", default=None, help="a survival program file (instead of --survival)")
+    p.add_argument("--out", required=True, help="where to write the result JSON")
+    p.add_argument("--pool-tokens", type=int, default=None, help="KV pool budget (default: the trace's)")
+    p.add_argument("--host-tokens", type=int, default=None, help="host-tier budget (default: the trace's)")
+    p.add_argument("--max-batch", type=int, default=4)
+    p.add_argument("--calibration", default=None, help="calibration JSON (default: the stored gemma-3-270m one)")
+
+
+def _safe(handler: Any) -> Any:
+    """``handler`` with caller mistakes turned into one line on stderr and status 2."""
+
+    def run_handler(args: argparse.Namespace) -> int:
+        try:
+            return int(handler(args))
+        except (AKVError, OSError) as err:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            return 2
+
+    return run_handler
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``workload`` (with ``generate``, ``import``, ``replay``, ``simulate``) on ``subparsers``.
+
+    Each subcommand sets ``func``: ``args.func(args) -> exit status`` (errors already handled).
+    """
+    w = subparsers.add_parser("workload", help="agent workloads: generate, replay on the engine, simulate")
+    sub = w.add_subparsers(dest="workload_command", required=True)
+    g = sub.add_parser("generate", help="generate a multi-session trace")
+    g.add_argument("--kind", required=True, help="tool-heavy or memory-tight")
+    g.add_argument("--sessions", type=int, required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--time-scale", type=float, default=1.0, help="multiply every gap and arrival time")
+    g.add_argument("--arrival-rate", type=float, default=None, help="sessions per second (default: the kind's)")
+    g.add_argument("--token-scale", type=float, default=1.0, help="multiply every message length")
+    g.set_defaults(func=_safe(_generate))
+    i = sub.add_parser("import", help="convert a recorded run (akv-recorded/1) into a trace")
+    i.add_argument("recorded")
+    i.add_argument("--out", required=True)
+    i.set_defaults(func=_safe(_import))
+    r = sub.add_parser("replay", help="replay a trace on the real engine (wall clock)")
+    _run_options(r)
+    r.add_argument("--model", default="gemma-3-270m")
+    r.add_argument("--threads", type=int, default=None)
+    r.set_defaults(func=_safe(_replay))
+    s = sub.add_parser("simulate", help="simulate a trace (model clock, cluster scale)")
+    _run_options(s)
+    s.set_defaults(func=_safe(_simulate))
+    return w
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="akv", description="AKV-RSI agent workloads")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Replay a trace against the real engine on this machine (wall clock, small scale).
+
+``replay(trace, policy_spec, config) -> metrics dict`` loads the model (or uses the engine it is
+given), gives it a fresh radix tree with the trace's KV budgets, installs the survival layer with
+the policy, and runs the shared loop (``evals.workload.loop``) with the real executor
+(``evals.workload.real``). It returns the same keys as :func:`evals.workload.sim.simulate`.
+The engine's tree and stop tokens are restored afterwards, so a shared engine can be used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.engine import Engine
+from engine.errors import AKVError
+from engine.radix import RadixTree
+from engine.survival import CostModel, SurvivalManager, TreeBackend
+from evals.workload.calibrate import Calibration, default_calibration
+from evals.workload.loop import LoopConfig, run_loop
+from evals.workload.real import RealExecutor
+from evals.workload.sim import as_policy, as_trace, failed, resolve_budgets
+from evals.workload.trace import Trace, WorkloadError
+from search_spaces.errors import ProgramFailure
+from search_spaces.sandbox import SandboxLimits
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """How to replay.
+
+    Attributes:
+        model: engine model name when no engine is given (``gemma-3-270m``, ``tiny-random``, a path).
+        pool_tokens / host_tokens: KV budgets in tokens (default: the trace's suggestion).
+        max_batch: generations in flight at once.
+        calibration: the cost model policies see (default: the stored one for ``model``, else
+            MEASURED.md figures with this engine's bytes per token).
+        threads: torch threads when loading the model.
+        limits: sandbox limits for program policies.
+    """
+
+    model: str = "gemma-3-270m"
+    pool_tokens: int | None = None
+    host_tokens: int | None = None
+    max_batch: int = 4
+    calibration: Calibration | None = None
+    threads: int | None = None
+    limits: SandboxLimits | None = None
+
+
+def _cost(config: ReplayConfig, engine: Engine) -> CostModel:
+    cal = config.calibration or default_calibration(engine.name)
+    if cal.cost.bytes_per_token != engine.geometry.bytes_per_token:
+        return CostModel(bytes_per_token=engine.geometry.bytes_per_token)
+    return cal.cost
+
+
+def replay(trace: Trace | str | Path, policy_spec: Any, config: ReplayConfig | None = None,
+           engine: Engine | None = None) -> dict[str, Any]:
+    """Replay ``trace`` on the real engine under survival policy ``policy_spec``.
+
+    Raises:
+        WorkloadError: a malformed trace or budget; UnknownPolicyError / ParameterError: a bad spec;
+        ModelLoadError: a model that cannot be loaded offline.
+    """
+    config = config or ReplayConfig()
+    tr = as_trace(trace)
+    policy, name = as_policy(policy_spec, config.limits)
+    try:
+        eng = engine or Engine.from_pretrained(config.model, threads=config.threads)
+    except BaseException:
+        policy.close()
+        raise
+    bpt = eng.geometry.bytes_per_token
+    pool_t, host_t = resolve_budgets(tr, config.pool_tokens, config.host_tokens)
+    saved_tree, saved_stop = eng.tree, eng.stop_ids
+    eng.tree = RadixTree(min(pool_t * bpt, 1 << 50), host_t * bpt)
+    eng.stop_ids = set()  # ignore end-of-sequence: every turn generates its trace's output tokens
+    backend = TreeBackend(eng.tree, bpt)
+    manager = SurvivalManager(backend, policy, _cost(config, eng))
+    try:
+        ex = RealExecutor(eng, tr, backend)
+        rec = run_loop(tr, ex, manager, LoopConfig(config.max_batch), eng.tree.pool_bytes)
+        backend.check_integrity()
+        stats = eng.tree.stats
+    except ProgramFailure as err:
+        res = getattr(err, "result", None)
+        return failed(name, "replay", str(err), getattr(getattr(res, "status", None), "value", "error"))
+    except AKVError as err:
+        if isinstance(err, WorkloadError):
+            raise
+        return failed(name, "replay", str(err), "invalid")
+    finally:
+        manager.close()
+        backend.detach()
+        eng.tree, eng.stop_ids = saved_tree, saved_stop
+    c = manager.counters
+    return rec.metrics(pool_t * bpt, {
+        "ok": True, "mode": "replay", "policy": name, "trace_kind": tr.header.kind, "model": eng.name,
+        "pool_bytes": pool_t * bpt, "host_bytes": host_t * bpt,
+        "swap_out_bytes": stats.swap_out_bytes, "swap_in_bytes": stats.swap_in_bytes,
+        "evicted_tokens": stats.evicted_tokens, "policy_calls": c.policy_calls,
+        "policy_seconds": round(c.policy_seconds, 4), "actions": dict(c.actions),
+        "samples": {"prefill": ex.prefill_samples, "decode": ex.decode_samples, "finish": ex.finish_samples},
+    })
