@@ -7,6 +7,8 @@ Public surface (other packages and outside checks rely on these names)::
     r = eng.render(messages)                        # r.token_ids, r.spans
     c = eng.chat(messages, schedule={"drop_message": {"7": [3]}, "reposition": [7]}, max_tokens=8)
     c.text, c.token_ids, c.usage
+
+    remote = RemoteEngine("http://127.0.0.1:30000", "tiny-random")   # the same interface over HTTP
 """
 
 from engine import settings as _settings  # noqa: F401  (switches hub access off before anything loads)
@@ -17,12 +19,17 @@ from engine.errors import (
     CapacityError,
     ContextLengthError,
     MessageError,
+    RemoteError,
+    RemoteUnavailableError,
     ScheduleError,
+    ScoringUnsupportedError,
     SnapshotError,
 )
 from engine.history import REPOSITION, Drop, History, Reposition, replay
+from engine.interface import ChatEngine
 from engine.layout import Layout, Rendered, Renderer
 from engine.plan import TokenUsage
+from engine.remote import RemoteEngine
 from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
 
 Usage = TokenUsage
@@ -32,6 +39,7 @@ __all__ = [
     "AKVError",
     "Accountant",
     "CapacityError",
+    "ChatEngine",
     "ChatResult",
     "ContextLengthError",
     "Drop",
@@ -41,12 +49,16 @@ __all__ = [
     "History",
     "Layout",
     "MessageError",
+    "RemoteEngine",
+    "RemoteError",
+    "RemoteUnavailableError",
     "Rendered",
     "Renderer",
     "Reposition",
     "Schedule",
     "ScheduleError",
     "ScoreResult",
+    "ScoringUnsupportedError",
     "SnapshotError",
     "TokenUsage",
     "Usage",

@@ -24,15 +24,19 @@ QUERY_CHUNK = 512
 
 
 def position_mask(
-    q_pos: np.ndarray, k_pos: np.ndarray, window: int | None, dtype: torch.dtype = torch.float32
+    q_pos: np.ndarray, k_pos: np.ndarray, window: int | None, dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Float additive mask [Tq, Tk]: 0 where allowed, the dtype's minimum where not."""
-    q = torch.as_tensor(q_pos)[:, None]
-    k = torch.as_tensor(k_pos)[None, :]
+    """Float additive mask [Tq, Tk]: 0 where allowed, the dtype's minimum where not.
+
+    Built on ``device`` (only the position vectors are copied there, not the mask).
+    """
+    q = torch.as_tensor(q_pos, device=device)[:, None]
+    k = torch.as_tensor(k_pos, device=device)[None, :]
     allowed = k <= q
     if window is not None:
         allowed &= (q - k) < window
-    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=q.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
@@ -70,7 +74,7 @@ def attend(
         # Group query heads per KV head: [Hkv, G*Tc, D] attends to [Hkv, Tk, D] without repeating K/V.
         qc = q[:, c0:c1].reshape(hkv, groups * (c1 - c0), d)
         # A single query needs no mask: the slice [lo, hi) holds exactly the keys it may see.
-        mask = position_mask(qp, kp, window, q.dtype).repeat(groups, 1).to(q.device) if c1 - c0 > 1 else None
+        mask = position_mask(qp, kp, window, q.dtype, q.device).repeat(groups, 1) if c1 - c0 > 1 else None
         o = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, scale=scaling)
         out[:, c0:c1] = o.reshape(hq, c1 - c0, d)
     return out
@@ -90,5 +94,5 @@ def naive_attention(
     k_full = k.repeat_interleave(groups, dim=0)
     v_full = v.repeat_interleave(groups, dim=0)
     scores = torch.matmul(q, k_full.transpose(1, 2)) * scaling
-    scores = scores + position_mask(q_pos, k_pos, window, q.dtype).to(q.device)[None]
+    scores = scores + position_mask(q_pos, k_pos, window, q.dtype, q.device)[None]
     return torch.matmul(torch.softmax(scores, dim=-1), v_full)

@@ -36,11 +36,19 @@ from engine.reference import ReferenceExecutor
 RESULTS = Path("bench/results")
 
 
+def _sync() -> None:
+    """Wait for queued GPU work, so that wall-clock timings cover it (no-op on CPU)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def _median_time(fn: Callable[[], Any], repeats: int) -> float:
     times = []
     for _ in range(repeats):
+        _sync()
         t = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -72,7 +80,7 @@ def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512
 
         def hf_prefill(ids: list[int] = ids) -> None:
             with torch.no_grad():
-                hf(torch.tensor([ids]), logits_to_keep=1)
+                hf(torch.tensor([ids], device=hf.device), logits_to_keep=1)
 
         t_ours = _median_time(ours_prefill, repeats)
         t_hf = _median_time(hf_prefill, repeats)
@@ -86,7 +94,7 @@ def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512
             if len(r.token_ids) > 1:
                 dec.append((len(r.token_ids) - 1) / r.timings.decode_s)
         ours_dec = statistics.median(dec) if dec else float("nan")
-        inp = torch.tensor([ids])
+        inp = torch.tensor([ids], device=hf.device)
         kw = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
 
         def gen(k: int, inp: torch.Tensor = inp, kw: dict[str, Any] = kw) -> None:
@@ -142,10 +150,10 @@ def _union_trie_tokens(histories: list[list[Any]]) -> int:
     return count
 
 
-def bench_sweep(eng: Engine, no_tree_schedules: int = 2) -> dict[str, Any]:
-    msgs = sweep_trajectory()
+def bench_sweep(eng: Engine, no_tree_schedules: int = 2, n_tools: int = 24, schedules: int = 16) -> dict[str, Any]:
+    msgs = sweep_trajectory(n_tools)
     turns = list(range(4, len(msgs) + 1, 2))
-    requests = [(k, t) for k in range(1, 17) for t in turns]
+    requests = [(k, t) for k in range(1, schedules + 1) for t in turns]
     layouts = [eng.layout(msgs[:t], rolling_schedule(t, k)).items for k, t in requests]
     union = _union_trie_tokens(layouts)
     single = _union_trie_tokens(layouts[: len(turns)])
@@ -170,12 +178,13 @@ def bench_sweep(eng: Engine, no_tree_schedules: int = 2) -> dict[str, Any]:
         "prefilled_with_tree": prefilled, "prefilled_without_tree": cold_tokens,
         "seconds_with_tree": t_tree,
         "seconds_without_tree_measured": t_cold_part, "schedules_measured_without_tree": no_tree_schedules,
-        "seconds_without_tree_extrapolated": t_cold_part * 16 / no_tree_schedules,
+        "seconds_without_tree_extrapolated": t_cold_part * schedules / no_tree_schedules,
+        "schedules": schedules, "tool_responses": n_tools,
     }
     print(f"sweep: {len(requests)} requests, union trie {union} tokens ({union / single:.2f}x one schedule)")
     print(f"  with tree    prefilled {prefilled:7d}  in {t_tree:7.1f}s")
     print(f"  without tree prefilled {cold_tokens:7d}  in ~{out['seconds_without_tree_extrapolated']:7.1f}s "
-          f"(measured {t_cold_part:.1f}s on {no_tree_schedules}/16 schedules)")
+          f"(measured {t_cold_part:.1f}s on {no_tree_schedules}/{schedules} schedules)")
     return out
 
 

@@ -537,11 +537,12 @@ class Engine:
         k = torch.empty(self.geometry.n_layers, self.geometry.n_kv_heads, len(tokens), self.geometry.head_dim,
                         dtype=self.model.dtype, device=self.model.device)
         v = torch.empty_like(k)
+        dev = self.model.device  # index tensors on the KV's device (no implicit host-to-device copies)
         if inside.any():
-            k[:, :, torch.as_tensor(np.flatnonzero(inside))], v[:, :, torch.as_tensor(np.flatnonzero(inside))] = \
-                pre.columns(tokens[inside])
+            at = torch.as_tensor(np.flatnonzero(inside), device=dev)
+            k[:, :, at], v[:, :, at] = pre.columns(tokens[inside])
         rest = np.flatnonzero(~inside)
         gk, gv = gather(tokens[rest])
-        k[:, :, torch.as_tensor(rest)] = gk
-        v[:, :, torch.as_tensor(rest)] = gv
+        k[:, :, torch.as_tensor(rest, device=dev)] = gk
+        v[:, :, torch.as_tensor(rest, device=dev)] = gv
         return k, v

@@ -17,9 +17,12 @@ class AKVError(ValueError):
         field: the request field (dotted path) the error is about, or ``None``.
         value: the offending value (kept short for messages), or ``None``.
         status: the HTTP status the server answers with.
+        transient: the failure is the infrastructure's (a server down), not the caller's: retrying
+            after a restart may succeed. Evaluators never record it as a policy's failure.
     """
 
     status: int = 400
+    transient: bool = False
 
     def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
         super().__init__(message)
@@ -66,3 +69,33 @@ def check_int(value: Any, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ScheduleError(f"{field} must be an integer, got {show(value)}", field=field, value=value)
     return value
+
+
+class RemoteError(AKVError):
+    """An engine server answered with an error, or not in the wire format (``engine.remote``).
+
+    Attributes:
+        server: the server's base URL.
+        code: the error code the server gave (``None`` when it gave none).
+    """
+
+    def __init__(self, message: str, *, server: str, status: int = 502, code: str | None = None,
+                 field: str | None = None, value: Any = None) -> None:
+        super().__init__(message, field=field, value=value)
+        self.server = server
+        self.status = status
+        self.code = code
+
+
+class RemoteUnavailableError(RemoteError):
+    """An engine server cannot be reached (down, crashed, restarting).
+
+    ``transient``: the failure is the infrastructure's, not the request's; evaluators re-raise it
+    so that the replica can restart its server and retry instead of recording a failed policy.
+    """
+
+    transient: bool = True
+
+
+class ScoringUnsupportedError(RemoteError):
+    """The server has no log-likelihood endpoint (stock or AKV SGLang): use ``eval.scoring: generate``."""

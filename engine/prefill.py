@@ -163,7 +163,8 @@ def batched_prefill(
                 sel, cos, sin = r
                 sel_lo = sel[sel >= lo] - lo
                 if sel_lo.size:
-                    c, s = cos[sel >= lo], sin[sel >= lo]
+                    keep = torch.as_tensor(sel >= lo, device=cos.device)
+                    c, s = cos[keep], sin[keep]
                     if sel_lo.size == kj.shape[1]:
                         kj = apply_rope(kj, c, s)
                     else:

@@ -24,14 +24,22 @@ class ConfigError(AKVError):
     """A search config with an unknown key or a bad value."""
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """The engine that answers probes. ``pool_gb``: its KV pool (shared by all evaluations)."""
+    """The engine that answers probes. ``pool_gb``: its KV pool (shared by all evaluations).
+
+    ``dtype``: weights and KV of the in-process engine (``auto``: float32 on CPU, bfloat16 on GPU
+    replicas); with ``executor.backend: remote``, the dtype of the server's KV cache.
+    """
 
     name: str = "gemma-3-270m"
     template: str = "plain"
     pool_gb: float = 2.0
     threads: int = 0
+    dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,23 @@ class OptunaConfig:
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    """Where evaluations run: ``local`` (one engine in this process) or ``ray`` (replica actors)."""
+    """Where evaluations run: ``local`` (this process) or ``ray`` (replica actors), and on what engine.
+
+    Attributes:
+        backend: ``local``: the engine runs inside the replica (on its GPU with
+            ``gpus_per_replica``); ``remote``: each replica launches a server from
+            ``server_command`` (or attaches to one of ``server_urls``) and evaluates through
+            ``engine.remote.RemoteEngine`` (docs/gpu.md).
+        server_command: template with ``{port}`` (required), ``{model}``, ``{gpu}``, ``{host}``,
+            ``{python}`` (``rsi.command``), e.g. ``akv serve --model {model} --port {port}``.
+        server_urls: existing servers, one per replica (round robin), instead of launching.
+        server_log_dir: where launched servers write their logs ("" = ``<run dir>/servers``).
+        server_health_timeout_s: how long a server may take to answer ``/health``.
+        server_grace_s: seconds between SIGTERM and SIGKILL when a server is stopped.
+        server_prefix_mode: how a probe's reply prefix reaches a server that is not ``akv serve``
+            (``field`` refuses, ``continue_final_message``: a final assistant message to continue;
+            see ``engine.remote``).
+    """
 
     kind: str = "local"
     replicas: int = 2
@@ -117,6 +141,13 @@ class ExecutorConfig:
     threads_per_replica: int = 1
     gpus_per_replica: float = 0.0
     routing: str = "affinity"
+    backend: str = "local"
+    server_command: str = ""
+    server_urls: tuple[str, ...] = ()
+    server_log_dir: str = ""
+    server_health_timeout_s: float = 900.0
+    server_grace_s: float = 15.0
+    server_prefix_mode: str = "field"
 
 
 @dataclass(frozen=True)
@@ -157,6 +188,16 @@ class SearchConfig:
             (self.executor.routing in ("affinity", "round_robin"), "executor.routing", self.executor.routing,
              "affinity or round_robin"),
             (self.eval.scoring in ("loglik", "generate"), "eval.scoring", self.eval.scoring, "loglik or generate"),
+            (self.model.dtype in DTYPES, "model.dtype", self.model.dtype, " or ".join(DTYPES)),
+            (self.executor.backend in ("local", "remote"), "executor.backend", self.executor.backend,
+             "local or remote"),
+            (self.executor.backend == "local" or bool(self.executor.server_command) != bool(self.executor.server_urls),
+             "executor.server_command", self.executor.server_command,
+             "set (or executor.server_urls, not both) when executor.backend is remote"),
+            (self.executor.server_prefix_mode in ("field", "continue_final_message"), "executor.server_prefix_mode",
+             self.executor.server_prefix_mode, "field or continue_final_message"),
+            (self.executor.server_health_timeout_s > 0, "executor.server_health_timeout_s",
+             self.executor.server_health_timeout_s, "> 0"),
             (self.generations >= 0, "generations", self.generations, ">= 0"),
             (self.optuna.trials >= 1, "optuna.trials", self.optuna.trials, ">= 1"),
             (self.proposer.per_generation >= 1, "proposer.per_generation", self.proposer.per_generation, ">= 1"),
@@ -164,6 +205,29 @@ class SearchConfig:
         for ok, key, value, want in checks:
             if not ok:
                 raise ConfigError(f"{key} must be {want}, got {value!r}", field=key, value=value)
+        if self.executor.server_command:
+            from rsi.command import CommandTemplate
+
+            CommandTemplate(self.executor.server_command)  # raises CommandError (an AKVError) naming the placeholder
+
+    @property
+    def dtype(self) -> str:
+        """``model.dtype`` with ``auto`` resolved: bfloat16 on GPU replicas, float32 otherwise."""
+        if self.model.dtype != "auto":
+            return self.model.dtype
+        return "bfloat16" if self.executor.gpus_per_replica > 0 or self.executor.backend == "remote" else "float32"
+
+    @property
+    def model_id(self) -> str:
+        """The model part of evaluation keys: name and template, plus the dtype when not float32 and the
+        server command (hashed) for remote engines, so results of different numerics never mix."""
+        out = f"{self.model.name}|{self.model.template}"
+        if self.dtype != "float32":
+            out += f"|{self.dtype}"
+        if self.executor.backend == "remote":
+            server = self.executor.server_command or ",".join(self.executor.server_urls)
+            out += f"|remote:{hashlib.sha256(server.encode()).hexdigest()[:8]}"
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

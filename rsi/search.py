@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from engine.errors import AKVError
 from evals.probes import ProbeFormat
 from evals.replay import EvalConfig, PolicySpec, TaskResult
 from evals.tasks import load_suite
@@ -95,7 +96,7 @@ class Search:
         self.store = EvalStore(self.run_dir / "evaluations.jsonl")
         self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
                                       probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate)
-        self.model_id = f"{config.model.name}|{config.model.template}"
+        self.model_id = config.model_id
         self._engine = engine  # an already loaded Engine for the local executor (tests, notebooks)
         self._executor: Executor | None = None
         self._proposer = proposer
@@ -112,7 +113,9 @@ class Search:
         state = json.loads(path.read_text()) if path.exists() else {"attempt": 0}
         state["attempt"] += 1
         cfg = self.run_dir / "config.json"
-        if cfg.exists() and json.loads(cfg.read_text()) != json.loads(json.dumps(self.config.to_dict())):
+        # The stored config is read through today's schema, so fields added since it was written
+        # (with their defaults) do not make a resumed run look like another one.
+        if cfg.exists() and _normalized(json.loads(cfg.read_text())) != json.loads(json.dumps(self.config.to_dict())):
             raise ValueError(f"{self.run_dir} holds a run with another config; use a new run directory")
         cfg.write_text(json.dumps(self.config.to_dict(), indent=1))
         self._write_state(state)
@@ -400,6 +403,13 @@ class Search:
         except Exception:
             log.exception("report failed")
             return []
+
+
+def _normalized(raw: dict[str, Any]) -> Any:
+    try:
+        return json.loads(json.dumps(config_from_dict(raw).to_dict()))
+    except AKVError:
+        return raw  # not a config of this schema: it differs
 
 
 def load_run_config(run_dir: str | Path) -> SearchConfig:

@@ -40,6 +40,13 @@ class KVGeometry:
     def bytes_per_token(self) -> int:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype_bytes
 
+    @classmethod
+    def from_config(cls, config: Any, dtype: torch.dtype = torch.float32) -> KVGeometry:
+        """The geometry of a transformers decoder config with KV stored in ``dtype``."""
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        return cls(int(config.num_hidden_layers), int(kv_heads), int(head_dim), torch.finfo(dtype).bits // 8)
+
 
 @dataclass(frozen=True)
 class ForwardOut:
@@ -196,7 +203,15 @@ class LeanModel:
 
     @torch.no_grad()
     def greedy_batch(self, hidden: torch.Tensor) -> list[int]:
-        """The float32 argmax tokens after hidden states [B, H], proved via one half-precision pass."""
+        """The argmax tokens after hidden states [B, H] (the same tokens as ``argmax(logits(hidden))``).
+
+        float32 weights: the float32 argmax, proved via one half-precision pass (``GreedyHead``,
+        which saves memory bandwidth on CPU). Half-precision weights (bf16 on CUDA): the LM head
+        runs in the model's dtype, exactly as :meth:`logits` does, so greedy decoding and
+        sampling at temperature 0 pick the same tokens.
+        """
+        if self.dtype != torch.float32:
+            return [int(i) for i in torch.argmax(self.logits(hidden), dim=-1).tolist()]
         if self._head is None:
             self._head = GreedyHead(self.lm_head.weight)
         return self._head.argmax_batch(self.norm(hidden))

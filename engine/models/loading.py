@@ -199,6 +199,23 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+def load_config(name: str = DEFAULT_MODEL) -> Any:
+    """The transformers config of ``name`` without loading weights (for KV geometry and limits).
+
+    Raises:
+        ModelLoadError: the name is neither a known model nor a local checkpoint directory.
+    """
+    from transformers import AutoConfig
+
+    name = _ALIASES.get(name, name)
+    if name in TINY_MODELS:
+        return tiny_config(name, len(load_tokenizer(name)))
+    path = default_model_dir() if name == DEFAULT_MODEL else Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(_unknown(name), field="model", value=name)
+    return AutoConfig.from_pretrained(path)
+
+
 def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
     """Load model and tokenizer by name, offline.
 

@@ -3,23 +3,45 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from tqdm import tqdm
 
-from engine.engine import Engine
-from evals.replay import EvalConfig, Replay
+from engine.interface import ChatEngine
+from evals.replay import EvalConfig, PolicySpec, Replay, TaskResult
+from evals.tasks.schema import Task
 from rsi.executors.base import EvalRequest, Executor, ReplicaStats
 from rsi.store import EvalStore
 
 
-class LocalExecutor(Executor):
-    """Evaluates in this process on ``engine`` (whose radix tree stays warm between calls)."""
+class Evaluator(Protocol):
+    """Evaluates one policy on one task (``evals.replay.Replay``, ``rsi.executors.remote.RemoteReplica``)."""
 
-    def __init__(self, engine: Engine, config: EvalConfig, store: EvalStore, progress: bool = True):
+    def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult: ...
+
+
+class LocalExecutor(Executor):
+    """Evaluates in this process on ``engine`` (whose radix tree stays warm between calls).
+
+    ``evaluator`` replaces the replay over ``engine`` (e.g. a ``RemoteReplica`` that restarts its
+    server); its ``close()``, if any, is called by :meth:`close`.
+    """
+
+    def __init__(self, engine: ChatEngine | None, config: EvalConfig, store: EvalStore, progress: bool = True,
+                 *, evaluator: Evaluator | None = None):
         super().__init__(store)
-        self.replay = Replay(engine, config)
+        if evaluator is None:
+            if engine is None:
+                raise TypeError("LocalExecutor needs an engine or an evaluator")
+            evaluator = Replay(engine, config)
+        self.replay = evaluator
         self.progress = progress
         self.replicas["local"] = ReplicaStats()
+
+    def close(self) -> None:
+        close = getattr(self.replay, "close", None)
+        if callable(close):
+            close()
 
     def _compute(self, requests: Sequence[EvalRequest]) -> None:
         stats = self.replicas["local"]

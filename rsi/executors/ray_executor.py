@@ -10,6 +10,10 @@ task (``routing.Router``), keeps at most one evaluation in flight per replica, a
   evaluation (up to ``MAX_ATTEMPTS``); results are written once, keyed by the evaluation key, so a
   retry never double counts.
 
+With ``executor.backend: remote`` each actor is an ``rsi.executors.remote.RemoteReplica``: it
+launches a server process from ``executor.server_command`` on its GPU (or attaches to one of
+``executor.server_urls``) and evaluates through ``engine.remote.RemoteEngine``.
+
 Without an address it starts a local Ray instance sized to this machine (127.0.0.1, no usage
 stats, explicit object-store size, token auth disabled for the local instance only); with
 ``ray_address`` (``auto`` or ``HOST:PORT``) it joins an existing cluster. See docs/cluster.md.
@@ -49,8 +53,9 @@ class EngineReplica:
 
         if threads:
             torch.set_num_threads(threads)
+        dtype = getattr(torch, model.get("dtype") or "float32")
         self.engine = Engine.from_pretrained(model["name"], template=model["template"],
-                                             pool_bytes=int(model["pool_gb"] * (1 << 30)), device=device)
+                                             pool_bytes=int(model["pool_gb"] * (1 << 30)), device=device, dtype=dtype)
         self.replay = Replay(self.engine, eval_config)
 
     def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult:
@@ -107,20 +112,38 @@ class RayExecutor(Executor):
         ex = config.executor
         self._owns_ray = init_ray(ex.ray_address,
                                   num_cpus=max(os.cpu_count() or 1, ex.replicas * max(1, ex.threads_per_replica)))
-        actor: Any = ray.remote(max_restarts=-1, max_task_retries=0)(EngineReplica)
+        from rsi.executors import model_spec
+
         device = "cuda" if ex.gpus_per_replica else "cpu"
-        model = {"name": config.model.name, "template": config.model.template, "pool_gb": config.model.pool_gb}
+        model = model_spec(config)
         self.names = [f"replica-{i}" for i in range(ex.replicas)]
-        self.actors: dict[str, Any] = {n: actor.options(name=None, num_cpus=max(1, ex.threads_per_replica),
-                                        num_gpus=ex.gpus_per_replica).remote(model, eval_config,
-                                                                             ex.threads_per_replica, device)
-                       for n in self.names}
+        self.remote_backend = getattr(ex, "backend", "local") == "remote"
+        options = {"name": None, "num_cpus": max(1, ex.threads_per_replica), "num_gpus": ex.gpus_per_replica}
+        if self.remote_backend:
+            # Each actor launches its server (on the GPU Ray gave it) and evaluates through RemoteEngine.
+            from rsi.executors.remote import RemoteReplica, server_spec
+
+            actor: Any = ray.remote(max_restarts=-1, max_task_retries=0)(RemoteReplica)
+            self.actors: dict[str, Any] = {
+                n: actor.options(**options).remote(model, eval_config, server_spec(ex, i, run_dir, config.dtype))
+                for i, n in enumerate(self.names)}
+        else:
+            actor = ray.remote(max_restarts=-1, max_task_retries=0)(EngineReplica)
+            self.actors = {n: actor.options(**options).remote(model, eval_config, ex.threads_per_replica, device)
+                           for n in self.names}
         self.timeout = ex.timeout_s
         self.affinity = ex.routing == "affinity"
         self.progress = progress
+        self.in_flight: dict[str, str] = {}  # replica -> evaluation key it is computing right now
         for n in self.names:
             self.replicas[n] = ReplicaStats()
-        ray.get([a.pid.remote() for a in self.actors.values()])  # wait until every engine is loaded
+        try:
+            ray.get([a.pid.remote() for a in self.actors.values()])  # wait until every engine is loaded
+        except ray.exceptions.RayActorError as err:  # an engine or server that cannot start is not retried
+            self.close()
+            from rsi.executors.launcher import LaunchError
+
+            raise LaunchError(f"a replica could not start: {err}", field="executor", value=None) from err
 
     def pids(self, timeout: float = 300.0) -> dict[str, int]:
         """Process id of every replica, waiting for restarting ones to come back."""
@@ -160,6 +183,7 @@ class RayExecutor(Executor):
                         req, attempt = nxt
                         running[name] = _InFlight(req, self.actors[name].evaluate.remote(req.spec, req.task),
                                                   time.monotonic(), attempt)
+            self.in_flight = {name: f.req.key for name, f in running.items()}
             refs = {f.ref: name for name, f in running.items()}
             waits = list(refs) + list(recovering.values())
             ready, _ = ray.wait(waits, num_returns=1, timeout=0.5) if waits else ([], [])
@@ -203,6 +227,7 @@ class RayExecutor(Executor):
                     bar.update(1)
             bar.set_postfix(running=len(running), failed=failed, recovering=len(recovering),
                             load="/".join(str(self.replicas[n].evaluations) for n in self.names))
+        self.in_flight = {}
         bar.close()
 
     def _store(self, name: str, req: EvalRequest, result: TaskResult) -> None:
@@ -221,6 +246,11 @@ class RayExecutor(Executor):
     def close(self) -> None:
         import ray
 
+        if self.remote_backend and self.actors:  # stop the servers cleanly (SIGTERM, then SIGKILL)
+            try:
+                ray.get([a.close.remote() for a in self.actors.values()], timeout=60)
+            except Exception:
+                log.warning("could not close every replica's server cleanly", exc_info=True)
         for a in self.actors.values():
             ray.kill(a, no_restart=True)
         self.actors = {}

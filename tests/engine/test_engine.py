@@ -8,9 +8,11 @@ import torch
 
 from engine import AKVError, ContextLengthError, Engine, MessageError, ScheduleError
 from engine.reference import ReferenceExecutor
+from tests.conftest import tolerances
 from tests.engine.agent import trajectory
 
 CANDIDATES = [" A", " B", " C", " red", " order"]
+TOL = tolerances()  # float32 unless AKV_TEST_DTYPE says otherwise (bench/gpu_check.py on a GPU)
 
 
 def rolling(n_msgs: int, keep: int) -> dict:
@@ -50,7 +52,7 @@ def test_agent_session_reuses_and_matches_the_reference(name, request):
         assert r.usage.cached_tokens > prev_cached
         prev_cached = r.usage.cached_tokens
         ref = reference_logprobs(eng, msgs[:turn], sched, CANDIDATES)
-        assert np.allclose(r.logprobs, ref, atol=1e-4), (turn, r.logprobs, ref)
+        assert np.allclose(r.logprobs, ref, atol=TOL.logprob_atol), (turn, r.logprobs, ref)
     eng.check_integrity()
 
 
@@ -71,8 +73,8 @@ def test_same_text_different_drops_kept_apart(tiny):
     b = {"drop_message": {"7": [3]}}
     ra = eng.score(msgs, CANDIDATES, a)
     rb = eng.score(msgs, CANDIDATES, b)
-    assert np.allclose(ra.logprobs, reference_logprobs(eng, msgs, a, CANDIDATES), atol=1e-4)
-    assert np.allclose(rb.logprobs, reference_logprobs(eng, msgs, b, CANDIDATES), atol=1e-4)
+    assert np.allclose(ra.logprobs, reference_logprobs(eng, msgs, a, CANDIDATES), atol=TOL.logprob_atol)
+    assert np.allclose(rb.logprobs, reference_logprobs(eng, msgs, b, CANDIDATES), atol=TOL.logprob_atol)
     assert not np.allclose(ra.logprobs, rb.logprobs, atol=1e-6)
 
 
@@ -87,7 +89,7 @@ def test_small_pool_evicts_restores_and_stays_exact(tiny, pool_tokens):
             sched = rolling(turn, keep)
             a = small.score(msgs[:turn], CANDIDATES, sched)
             b = big.score(msgs[:turn], CANDIDATES, sched)
-            assert np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+            assert np.allclose(a.logprobs, b.logprobs, atol=TOL.logprob_atol)
             small.check_integrity()
             assert small.tree.pool_used <= pool_tokens * bpt
     st = small.tree.stats
@@ -190,6 +192,8 @@ def test_public_names():
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.skipif(not TOL.exact_argmax, reason="bf16 rounding differs across batch shapes; near-ties of a "
+                    "random model then flip greedy tokens (asserted in float32 only)")
 def test_batched_decode_equals_one_at_a_time(name, request):
     base = request.getfixturevalue(name)
     msgs = trajectory(5)

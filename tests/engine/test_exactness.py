@@ -1,6 +1,8 @@
 """Numerical exactness: lean forward vs transformers, reference vs history masks, batched vs reference.
 
-Tolerances (fp32): logits and KV agree within 1e-4 relative to the largest magnitude involved.
+Tolerances (fp32): logits and KV agree within 1e-4 relative to the largest magnitude involved;
+under ``AKV_TEST_DTYPE=bfloat16`` within 5e-2 (``tests.conftest.tolerances``). The engines run on
+``AKV_TEST_DEVICE`` (default cpu).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from engine.plan import needed_closure
 from engine.prefill import batched_prefill, history_jobs
 from engine.reference import ReferenceExecutor
 from engine.rope import rotate_keys
+from tests.conftest import tolerances
 
-RTOL = 1e-4
+RTOL = tolerances().rtol
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -34,7 +37,7 @@ def test_lean_forward_matches_transformers(name, request):
     out = m.forward(ids.numpy(), pos, lambda li, q, k, v: attend(q, k, v, pos, pos, m.scaling, m.windows[li]),
                     logit_rows=np.arange(48))
     with torch.no_grad():
-        ref = m.hf(ids[None]).logits[0].float()
+        ref = m.hf(ids[None].to(m.device)).logits[0].float()
     assert rel_err(out.logits, ref) <= RTOL
 
 
@@ -46,7 +49,7 @@ def test_lean_forward_matches_transformers_on_gemma(gemma):
     out = m.forward(ids.numpy(), pos, lambda li, q, k, v: attend(q, k, v, pos, pos, m.scaling, m.windows[li]),
                     logit_rows=[0, 350, 699])
     with torch.no_grad():
-        ref = m.hf(ids[None]).logits[0, [0, 350, 699]].float()
+        ref = m.hf(ids[None].to(m.device)).logits[0, [0, 350, 699]].float()
     assert rel_err(out.logits, ref) <= RTOL
 
 
@@ -61,9 +64,9 @@ def test_reference_drop_equals_transformers_history_mask(tiny):
     allowed = torch.tril(torch.ones(n, n, dtype=torch.bool))
     allowed[20:, 5:12] = False  # tokens after the first drop cannot see 5..11
     allowed[35:, 22:30] = False
-    mask = torch.zeros(1, 1, n, n).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    mask = torch.zeros(1, 1, n, n, dtype=m.dtype).masked_fill(~allowed, torch.finfo(m.dtype).min).to(m.device)
     with torch.no_grad():
-        logits = m.hf(torch.tensor([a + b + c]), attention_mask=mask).logits[0, -1]
+        logits = m.hf(torch.tensor([a + b + c], device=m.device), attention_mask=mask).logits[0, -1].float()
     assert rel_err(ref.last_logits, logits) <= RTOL
 
 

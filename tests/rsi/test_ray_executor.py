@@ -89,8 +89,10 @@ def test_killed_replica_is_restarted_and_the_evaluation_retried(ray_executor):
     pids = ray_executor.pids()
     victim = ray_executor.names[0]
 
-    def killer():
-        time.sleep(1.5)  # engines are warm: evaluations are under way
+    def killer():  # kill the victim while it computes an evaluation, however fast the machine
+        deadline = time.monotonic() + 60
+        while victim not in ray_executor.in_flight and time.monotonic() < deadline:
+            time.sleep(0.002)
         os.kill(pids[victim], signal.SIGKILL)
 
     t = threading.Thread(target=killer)

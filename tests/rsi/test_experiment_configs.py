@@ -1,0 +1,93 @@
+"""Every experiment YAML loads; the paper-scale configs hold the reference study's setting; the
+remote-backend options refuse bad values with errors that name the key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.errors import AKVError
+from evals.rates import load_rates
+from rsi.command import CommandError
+from rsi.config import ConfigError, SearchConfig, config_from_dict, load_config
+from rsi.search import _normalized, parse_expert
+from search_spaces import get_policy
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+FILES = sorted(EXPERIMENTS.rglob("*.yaml"))
+PAPER = {"gpt-oss-120b": "gpt-oss-120b", "minimax-m2.7": "MiniMax-M2.7", "qwen3-30b-a3b": "Qwen3-30B-A3B"}
+
+
+def test_there_are_paper_configs():
+    names = {p.name for p in FILES}
+    for model in PAPER:
+        assert {f"search-{model}.yaml", f"eval-{model}.yaml"} <= names
+    assert "search-akv-engine-cuda.yaml" in names
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(EXPERIMENTS)) for p in FILES])
+def test_every_experiment_file_loads(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, SearchConfig) and cfg.name
+    for text in cfg.experts:
+        spec = parse_expert(text)
+        get_policy(spec.name, **dict(spec.params))  # the expert parameters are valid
+    load_rates(cfg.eval.rates)
+
+
+@pytest.mark.parametrize("model", sorted(PAPER))
+@pytest.mark.parametrize("kind", ["search", "eval"])
+def test_paper_configs_hold_the_study_setting(model, kind):
+    cfg = load_config(EXPERIMENTS / "paper" / f"{kind}-{model}.yaml")
+    assert cfg.eval.rates == model and PAPER[model] in cfg.model.name
+    experts = {parse_expert(t).name: parse_expert(t) for t in cfg.experts}
+    assert experts["rolling_drop"].params == {"keep_tool_responses": 12}
+    standard = get_policy("standard", **dict(experts["standard"].params))
+    text_eng = get_policy("text_engineering", **dict(experts["text_engineering"].params))
+    assert int(standard.p.threshold_ratio * standard.p.window) == 96 * 1024
+    assert int(text_eng.p.threshold_ratio * text_eng.p.window) == 48 * 1024
+    assert cfg.executor.backend == "remote" and "{model}" in cfg.executor.server_command
+    assert "PLACEHOLDER" in cfg.data.suite  # the study's benchmarks are not known here: clearly marked
+    assert (cfg.generations == 0 and not cfg.seeds) if kind == "eval" else cfg.generations > 0
+
+
+def remote(**executor):
+    return {"executor": {"backend": "remote", **executor}}
+
+
+@pytest.mark.parametrize(("raw", "exc", "field", "message"), [
+    (remote(), ConfigError, "executor.server_command", "when executor.backend is remote"),
+    (remote(server_command="akv serve --port {port}", server_urls=["http://h:1"]), ConfigError,
+     "executor.server_command", "not both"),
+    (remote(server_command="akv serve --port {prt}"), CommandError, "executor.server_command", "valid placeholders"),
+    (remote(server_command="akv serve --model {model}"), CommandError, "executor.server_command", "{port}"),
+    ({"executor": {"backend": "gpu"}}, ConfigError, "executor.backend", "local or remote"),
+    (remote(server_command="akv serve --port {port}", server_prefix_mode="guess"), ConfigError,
+     "executor.server_prefix_mode", "continue_final_message"),
+    ({"model": {"dtype": "fp8"}}, ConfigError, "model.dtype", "bfloat16"),
+    ({"executor": {"server_timeout": 3}}, ConfigError, "executor.server_timeout", "server_health_timeout_s"),
+])
+def test_bad_remote_options_name_the_key(raw, exc, field, message):
+    with pytest.raises(exc) as err:
+        config_from_dict(raw)
+    assert isinstance(err.value, AKVError) and err.value.field == field and message in str(err.value)
+
+
+def test_model_id_changes_only_off_the_defaults():
+    assert config_from_dict({}).model_id == "gemma-3-270m|plain"  # keys of existing runs are unchanged
+    assert config_from_dict({"executor": {"gpus_per_replica": 1}}).model_id == "gemma-3-270m|plain|bfloat16"
+    a = config_from_dict(remote(server_command="akv serve --port {port}", server_urls=[]))
+    b = config_from_dict(remote(server_command="sglang --port {port}"))
+    assert a.model_id != b.model_id and "|remote:" in a.model_id
+
+
+def test_runs_written_before_new_config_keys_still_resume():
+    current = config_from_dict({"executor": {"replicas": 3}})
+    old = json.loads(json.dumps(current.to_dict()))
+    for key in ("backend", "server_command", "server_urls", "server_log_dir", "server_health_timeout_s",
+                "server_grace_s", "server_prefix_mode"):
+        del old["executor"][key]
+    del old["model"]["dtype"]
+    assert _normalized(old) == json.loads(json.dumps(current.to_dict()))
