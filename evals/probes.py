@@ -1,16 +1,17 @@
 """How a probe is put to the model: the prompt format, calibrated on the default model.
 
 A probe is asked after message ``after_message``: the context is the task's messages up to it,
-plus a user turn with the question; the assistant's reply starts with a *lead-in* and the model
-either continues it (greedy generation, normalised exact match) or ranks the candidate answers
-by log-likelihood (lm-evaluation-harness conventions).
+optionally plus a user turn with the question; the assistant's reply starts with a *lead-in* and
+the model either continues it (greedy generation, normalised exact match) or ranks the candidate
+answers by log-likelihood (lm-evaluation-harness conventions).
 
 Lead-in styles:
 - ``verbatim`` (the calibrated default for gemma-3-270m): the words that precede the answer in
   its evidence message, copied exactly, so that a small base model can complete it by copying
-  when (and only when) the evidence is still in its KV cache. The occurrence chosen is the one
-  whose lead-in shares most identifiers with the question (ids, numbers, names), preferring prose
-  over table and JSON lines.
+  when (and only when) the evidence is still in its KV cache. The occurrence chosen
+  (:func:`lead_candidates`) is a line that names the probe's key before the answer, best a prose
+  sentence of its own: the copy line the ``copyable`` evidence style writes for every probe
+  (:mod:`evals.tasks.builder`). Lead-ins never contain the answer.
 - ``cloze``: the generator's paraphrased lead-in (``probe.cloze_prefix``), for larger models.
 - ``none``: no lead-in; the answer must come first.
 """
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evals.tasks.schema import Probe, Task, message_text
+from evals.tasks.schema import Probe, Task, mentions, message_text
 
 LEAD_STYLES = ("verbatim", "cloze", "none")
 _KEY = re.compile(r"[A-Za-z]*\d[\w-]*|[A-Z][a-z]+(?:\s[A-Z][a-z]+)*|\w+-\w+")
@@ -30,20 +31,26 @@ _KEY = re.compile(r"[A-Za-z]*\d[\w-]*|[A-Z][a-z]+(?:\s[A-Z][a-z]+)*|\w+-\w+")
 
 @dataclass(frozen=True)
 class ProbeFormat:
-    """Prompt format of probes.
+    """Prompt format of probes. The defaults are calibrated on gemma-3-270m with the ``plain``
+    template over the ``default`` suite (copyable evidence); see docs/tasks.md, "Calibration".
 
     Attributes:
         lead_in: ``verbatim``, ``cloze`` or ``none`` (see the module docstring).
-        ask_question: add the probe's question as a user turn before the reply.
+        ask_question: add the probe's question as a user turn before the reply (off by default:
+            with it the small model answers from its question-answering prior more often and
+            copies less; greedy exact match drops by about 10 points).
         max_tokens: tokens generated for the greedy answer.
         max_lead_chars: longest verbatim lead-in.
+        min_lead_chars: reach back over earlier lines of the evidence until the lead-in is this
+            long (0 by default: the copy line alone; earlier lines bring other records' values
+            into the lead-in, which the model then copies).
     """
 
     lead_in: str = "verbatim"
-    ask_question: bool = True
+    ask_question: bool = False
     max_tokens: int = 8
     max_lead_chars: int = 160
-    min_lead_chars: int = 60
+    min_lead_chars: int = 0
 
     def __post_init__(self) -> None:
         if self.lead_in not in LEAD_STYLES:
@@ -72,33 +79,96 @@ def _structured(line: str) -> int:
     return sum(line.count(c) for c in '{}|"=,[]')
 
 
-def verbatim_lead_in(task: Task, probe: Probe, max_chars: int = 160, min_chars: int = 60) -> str:
-    """The text before the answer in its best evidence occurrence (see the module docstring).
+def _wanted(probe: Probe) -> set[str]:
+    """The probe's identifiers: keys of its question that its cloze prefix also names (all keys, if none).
 
-    The lead-in starts at the answer's line, reaching back over earlier lines until it is at
-    least ``min_chars`` long (a short lead-in such as a table row's first cell is not distinctive
-    enough for a small model to copy from the right place), and never beyond ``max_chars``.
+    Requiring both drops capitalised function words ("What", "Which") that only the question starts with.
     """
-    wanted = _keys(probe.question) | _keys(probe.cloze_prefix)
-    best: tuple[float, str] | None = None
+    q, cloze = _keys(probe.question), probe.cloze_prefix.lower()
+    return {k for k in q if k in cloze} or q | _keys(probe.cloze_prefix)
+
+
+_BREAK = re.compile(r"[.?!]\s")  # a sentence ends inside the text
+_LAST_SENTENCE_END = re.compile(r"[^.?!]*\.\s*$")  # the rest of the line is the end of one sentence
+
+
+@dataclass(frozen=True)
+class LeadCandidate:
+    """One occurrence of the answer in an evidence message, scored as a place to copy from.
+
+    Attributes:
+        message: the evidence message's id.
+        lead: the lead-in (text before the answer, see :func:`verbatim_lead_in`).
+        overlap: identifiers of the probe (ids, names) on the answer's line before the answer.
+        sentence: the answer's line is one sentence that names them first and ends after the answer.
+        structured: table / JSON characters on the answer's line before the answer.
+        line_chars: length of the answer's line before the answer.
+    """
+
+    message: int
+    lead: str
+    overlap: int
+    sentence: bool
+    structured: int
+    line_chars: int
+
+    @property
+    def score(self) -> float:
+        """Key before the answer first, then a prose sentence of its own, then short and plain."""
+        return (10.0 * self.overlap + 5.0 * self.sentence - 1.0 * self.structured - 0.02 * self.line_chars
+                + 0.001 * self.message)
+
+
+def lead_candidates(task: Task, probe: Probe, max_chars: int = 160, min_chars: int = 0) -> list[LeadCandidate]:
+    """Every occurrence of the answer in the probe's evidence messages, as a :class:`LeadCandidate`."""
+    wanted = _wanted(probe)
+    answer = re.compile(rf"(?<!\w){re.escape(probe.answer)}(?!\w)")
+    values = {probe.answer, *probe.candidates}
+    out = []
     for e in probe.evidence_ids:
         text = message_text(task.messages[e])
-        for m in re.finditer(re.escape(probe.answer), text):
+        for m in answer.finditer(text):
             i = m.start()
             line_start = text.rfind("\n", 0, i) + 1
-            while i - line_start < min_chars and line_start > 0:
-                line_start = text.rfind("\n", 0, line_start - 1) + 1
-            start = max(line_start, i - max_chars)
-            while start > line_start and start < i and not text[start - 1].isspace():
-                start += 1  # begin on a word boundary
+            line_end = text.find("\n", m.end())
+            before, after = text[line_start:i], text[m.end(): len(text) if line_end < 0 else line_end]
+            if not before.strip():
+                continue
+            start = line_start
+            while i - start < min_chars and start > 0:  # reach back over whole earlier lines
+                prev = text.rfind("\n", 0, start - 1) + 1
+                if i - prev > max_chars or any(mentions(text[prev:start], c) for c in values):
+                    break  # never beyond max_chars, never over the answer or another candidate
+                start = prev
+            if i - start > max_chars:
+                start = i - max_chars
+                while start < i and not text[start - 1].isspace():
+                    start += 1  # begin on a word boundary
             lead = text[start:i]
             if not lead.strip():
                 continue
-            overlap = len(_keys(text[text.rfind("\n", 0, i) + 1:i]) & wanted)  # on the answer's own line
-            score = 10.0 * overlap - 0.5 * _structured(lead) + 0.01 * len(lead) + 0.001 * e
-            if best is None or score > best[0]:
-                best = (score, lead)
-    return best[1] if best is not None else probe.cloze_prefix + " "
+            sentence = not _BREAK.search(before) and _LAST_SENTENCE_END.match(after) is not None
+            overlap = sum(re.search(rf"(?<!\w){re.escape(k)}(?!\w)", before, re.IGNORECASE) is not None
+                          for k in wanted)
+            out.append(LeadCandidate(e, lead, overlap, sentence, _structured(before), len(before.strip())))
+    return out
+
+
+def verbatim_lead_in(task: Task, probe: Probe, max_chars: int = 160, min_chars: int = 0) -> str:
+    """The text before the answer in its best evidence occurrence (see the module docstring).
+
+    The occurrence is the best-scoring :class:`LeadCandidate`: a line that names the probe's key
+    before the answer, best a prose sentence on a line of its own (the copyable evidence style of
+    :mod:`evals.tasks.builder` writes one for every probe). The lead-in starts at the answer's line
+    and reaches back over whole earlier lines while it is shorter than ``min_chars``, never over a
+    line that names the answer or another candidate (the model would copy it) and never beyond
+    ``max_chars``. Falls back to the probe's cloze
+    prefix when no evidence message holds the answer.
+    """
+    found = lead_candidates(task, probe, max_chars, min_chars)
+    if not found:
+        return probe.cloze_prefix + " "
+    return max(found, key=lambda c: c.score).lead
 
 
 def probe_prompt(task: Task, probe: Probe, fmt: ProbeFormat) -> ProbePrompt:

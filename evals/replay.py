@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.engine import Engine
-from engine.errors import AKVError
+from engine.engine import ScoreResult
+from engine.errors import AKVError, ScoringUnsupportedError
+from engine.interface import ChatEngine
 from engine.schedule import Schedule
 from evals.cost import CostBreakdown, request_cost
 from evals.diagnostics import drop_evidence_schedule
@@ -196,11 +197,17 @@ class Replay:
     """Evaluates policies on tasks with one engine (its radix tree is shared by every evaluation).
 
     Args:
-        engine: the engine that answers probes.
+        engine: the engine that answers probes: in this process (``engine.Engine``) or a server
+            (``engine.remote.RemoteEngine``); any ``engine.interface.ChatEngine``.
         config: rates, scoring, probe format, dry-run pool.
+
+    An engine that cannot score (``ScoringUnsupportedError``, SGLang-based servers) fails every
+    evaluation with that reason under ``scoring="loglik"``; under ``scoring="generate"`` its probes
+    are judged by the greedy answer and the multiple-choice fields stay empty. A transient error
+    (a server down) is raised, not recorded: it is not the policy's failure.
     """
 
-    def __init__(self, engine: Engine, config: EvalConfig | None = None):
+    def __init__(self, engine: ChatEngine, config: EvalConfig | None = None):
         self.engine = engine
         self.config = config or EvalConfig()
         self.rates: Rates = load_rates(self.config.rates)
@@ -217,6 +224,8 @@ class Replay:
         try:
             return self._evaluate(spec, task, t0)
         except AKVError as err:
+            if err.transient:
+                raise
             return self._failed(spec, task, f"{type(err).__name__}: {err}", t0)
 
     def _failed(self, spec: PolicySpec, task: Task, reason: str, t0: float) -> TaskResult:
@@ -291,22 +300,32 @@ class Replay:
             dropped = _dropped_ids(decision, n - 1)
         context = context + [dict(m) for m in prompt.question_turn]
         fmt = self.config.probe
-        scored = self.engine.score(context, list(prompt.continuations), schedule, prefix=prompt.prefix)
+        scored = self._score(context, list(prompt.continuations), schedule, prompt.prefix)
         generated, exact, contains = "", False, False
         if self.config.generate:
             gen = self.engine.chat(context, schedule, max_tokens=fmt.max_tokens, prefix=prompt.prefix, stop=["\n"])
             generated = gen.text
             exact, contains = answer_matches(generated, probe.answer)
-        mc = probe.candidates[scored.best] == probe.answer
-        mc_norm = probe.candidates[scored.best_norm] == probe.answer
+        choice = probe.candidates[scored.best] if scored is not None else ""
+        mc = scored is not None and probe.candidates[scored.best] == probe.answer
+        mc_norm = scored is not None and probe.candidates[scored.best_norm] == probe.answer
         passed = mc if self.config.scoring == "loglik" else exact
         return ProbeResult(index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
-                           probe.candidates[scored.best], mc, mc_norm,
-                           tuple(sorted(dropped & set(probe.evidence_ids))), passed)
+                           choice, mc, mc_norm, tuple(sorted(dropped & set(probe.evidence_ids))), passed)
+
+    def _score(self, context: list[dict[str, Any]], continuations: list[str],
+               schedule: Schedule | Mapping[str, Any] | None, prefix: str) -> ScoreResult | None:
+        """Candidate log-likelihoods, or ``None`` when the engine cannot score and scoring is by generation."""
+        try:
+            return self.engine.score(context, continuations, schedule, prefix=prefix)
+        except ScoringUnsupportedError:
+            if self.config.scoring == "loglik":
+                raise
+            return None
 
 
 def evaluate(
-    engine: Engine,
+    engine: ChatEngine,
     specs: Sequence[PolicySpec],
     tasks: Iterable[Task],
     config: EvalConfig | None = None,

@@ -3,7 +3,7 @@
 Public surface::
 
     from evals.tasks import build_suite, load_suite
-    info = build_suite("default")                 # ~/.cache/akv-rsi/suites/default-v1 (AKV_CACHE_DIR honoured)
+    info = build_suite("default")                 # ~/.cache/akv-rsi/suites/default-v2 (AKV_CACHE_DIR honoured)
     tasks = load_suite("default", "train")        # list[Task]; also a path to a JSON-lines file or saved dataset
     t = tasks[0]; p = t.probes[0]
     t.context(p)                                  # messages 0..p.after_message

@@ -7,6 +7,17 @@ Message ids of a built trajectory (one tool call per round)::
 The assistant message of round i reflects on output i-1 (restating a few distractor facts, and the
 facts a family asked to keep) and plans call i. Families add rounds in order: :meth:`filler`,
 :meth:`evidence` (plants given facts among distractors), :meth:`inbox` and :meth:`update`.
+
+Evidence styles (:data:`EVIDENCE_STYLES`): ``varied`` writes a planted fact in the output's usual
+format (a table cell, a log pair, a sentence that may name the value first). ``copyable`` states it
+as a *copy line*: a sentence that names the key before the value, on a line of its own, in the
+field's copy template (tables and JSON keep the row and add a notes block), and the
+``update_record`` confirmations of a reversal start with such a line. A small base model completes
+a copy line by copying when it can attend to it. The copy template of a probed kind of fact is
+used by its evidence only (other sentences use the field's other templates), so the lead-in
+matches one place; so that copy lines do not single out the evidence messages, distractor items
+of other kinds get copy lines too, at random (:data:`COPY_SHARE` of prose items,
+:data:`NOTE_SHARE` of table rows).
 """
 
 from __future__ import annotations
@@ -24,6 +35,9 @@ from evals.tasks.world import Record, World
 CHARS_PER_TOKEN = 2.75  # content characters per gemma token, measured on generated tasks (docs/tasks.md)
 ASSISTANT_CHARS = 260  # typical assistant message (reasoning + call)
 ROUND_CHARS = 1000  # typical round (assistant message + tool output): sets the number of rounds
+EVIDENCE_STYLES = ("varied", "copyable")
+COPY_SHARE = 0.4  # copyable style: share of distractor items of prose outputs written as key-first lines
+NOTE_SHARE = 0.15  # copyable style: share of distractor table rows / JSON objects restated in the notes block
 
 
 @dataclass
@@ -47,9 +61,14 @@ class Builder:
         domain, split, rng: as for :class:`World`.
         target_tokens: the length to aim for (approximate: budgets are in characters).
         min_rounds: the fewest rounds the family needs.
+        evidence_style: ``varied`` or ``copyable`` (see the module docstring).
     """
 
-    def __init__(self, domain: Domain, split: str, rng: random.Random, target_tokens: int, min_rounds: int) -> None:
+    def __init__(self, domain: Domain, split: str, rng: random.Random, target_tokens: int, min_rounds: int,
+                 evidence_style: str = "varied") -> None:
+        if evidence_style not in EVIDENCE_STYLES:
+            raise ValueError(f"evidence_style must be one of {', '.join(EVIDENCE_STYLES)}, got {evidence_style!r}")
+        self.copyable = evidence_style == "copyable"
         self.domain, self.split, self.rng = domain, split, rng
         self.world = World(domain, split, rng)
         self.system = phrasing.system_prompt(domain, split, rng)
@@ -94,19 +113,52 @@ class Builder:
 
     def _output(self, tool: str | None, type_name: str | None, must: tuple[str, ...] = ()) -> Output:
         tool = tool or self.rng.choice([*FORMATS, *TABLE_FORMATS, "sql_query"])
+        out: Output
         if tool in TABLE_FORMATS:
             type_name = type_name or self.rng.choice([t for t, _ in self.focus] or list(self.domain.types))
             columns = tuple(dict.fromkeys([*must, *self._fields_for(type_name)]))
-            return TABLE_FORMATS[tool](self.world, self.rng, type_name, columns)
-        return FORMATS[tool](self.world, self.rng)
+            out = TABLE_FORMATS[tool](self.world, self.rng, type_name, columns)
+        else:
+            out = FORMATS[tool](self.world, self.rng)
+        out.copyable = self.copyable
+        return out
 
-    def _fill(self, out: Output, planted: list[Item], budget: float) -> tuple[list[str], list[Item]]:
-        """Chunks of distractor items until ``budget`` characters, with ``planted`` items among them."""
+    def _distractor(self, out: Output, item: Item, force: bool = False) -> tuple[Item, str, bool]:
+        """A distractor item, its chunk, and whether it got a copy line (copyable style, at random or ``force``).
+
+        Those copy lines state facts of other kinds than the ones probes ask about (the focus), so
+        the wording of a probe's copy line occurs once in the trajectory, in its evidence.
+        """
+        if not self.copyable:
+            return item, out.chunk(item), False
+        focus = {f for t, f in self.focus if t == item.record.type}
+        unasked = [f.name for f in self.domain.types[item.record.type].fields
+                   if f.name not in focus and not self.world.is_secret(item.record.key, f.name)]
+        if isinstance(out, Table):  # a note on a shown column, else on another field of the record
+            other = [f for f in item.fields if f in unasked] or unasked
+            if other and (force or self.rng.random() < NOTE_SHARE):
+                return item, out.copy_chunk(item, (self.rng.choice(other),)), True
+            return item, out.chunk(item), False
+        if force or self.rng.random() < COPY_SHARE:
+            other = unasked
+            if other:
+                stated = Item(item.record, (self.rng.choice(other),))
+                return stated, out.copy_chunk(stated, stated.fields), True
+        return item, out.chunk(item), False
+
+    def _fill(self, out: Output, planted: list[Item], budget: float,
+              stated: tuple[str, ...] = ()) -> tuple[list[str], list[Item]]:
+        """Chunks of distractor items until ``budget`` characters, with ``planted`` items among them.
+
+        In the copyable style the planted items' ``stated`` fields are written as copy lines, and an
+        output without planted items gets at least one copy line (or note) too when it can: having
+        one is then no sign of evidence.
+        """
         allowed = {(it.record.key, f) for it in planted for f in it.fields}
         seen = {(it.record.key, it.fields) for it in planted}
         items: list[Item] = []
         chunks: list[str] = []
-        size, misses = 0, 0
+        size, misses, copied = 0, 0, False
         while misses < 40 and (len(items) < 2 or size < budget):
             item = self._pick(out)
             if (item.record.key, item.fields) in seen or any(
@@ -115,13 +167,22 @@ class Builder:
                 misses += 1
                 continue
             seen.add((item.record.key, item.fields))
+            item, chunk, copy = self._distractor(out, item)
+            seen.add((item.record.key, item.fields))
             items.append(item)
-            chunks.append(out.chunk(item))
+            chunks.append(chunk)
+            copied |= copy
             size += len(chunks[-1]) + 4  # chunk plus separator; headers and JSON layout add a little more
+        if self.copyable and not planted and not copied and items:
+            for j in self.rng.sample(range(len(items)), len(items)):
+                item, chunk, copy = self._distractor(out, items[j], force=True)
+                if copy:
+                    items[j], chunks[j] = item, chunk
+                    break
         for it in planted:
             pos = 0 if out.tool == "get_record" else self.rng.randint(0, len(items))
             items.insert(pos, it)
-            chunks.insert(pos, out.chunk(it))
+            chunks.insert(pos, out.copy_chunk(it, stated or it.fields) if self.copyable else out.chunk(it))
         return chunks, items
 
     def budget(self) -> float:
@@ -147,7 +208,7 @@ class Builder:
         """
         out = self._output(tool, record.type, must=fields)
         item = Item(record, out.columns if isinstance(out, Table) else fields)
-        chunks, shown = self._fill(out, [item], self.budget())
+        chunks, shown = self._fill(out, [item], self.budget(), stated=fields)
         return self._add(out, chunks, shown, keep=[Item(record, fields)] if keep else None)
 
     def inbox(self, email: str) -> int:
@@ -157,17 +218,25 @@ class Builder:
         chunks.insert(self.rng.randint(0, len(chunks)), email)
         return self._add(out, chunks, shown)
 
-    def update(self, record: Record, status: str, note: str, lead: str) -> int:
-        """An ``update_record`` round: the assistant's ``lead`` reasoning, the call, the confirmation."""
+    def update(self, record: Record, status: str, note: str, lead: str, line: str = "") -> int:
+        """An ``update_record`` round: the assistant's ``lead`` reasoning, the call, the confirmation.
+
+        ``line`` (a one-line summary of the change) starts the confirmation in the copyable style.
+        """
         args = {"id": record.key, "status": status, "note": note}
         reply: dict[str, Any] = {"ok": True, "id": record.key, "status": status, "note": note, "updated_by": "agent"}
         if self.split == "heldout":
             reply = {"result": "updated", "record": {"id": record.key, "state": status, "remark": note}}
-        self.rounds.append(Round("update_record", args, json.dumps(reply, ensure_ascii=False), [], lead=lead))
+        text = json.dumps(reply, ensure_ascii=False)
+        if self.copyable and line:
+            text = f"{line}\n{text}"
+        self.rounds.append(Round("update_record", args, text, [], lead=lead))
         return self.tool_id(len(self.rounds) - 1)
 
-    def fact(self, item: Item) -> str:
-        return " ".join(sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields)
+    def fact(self, item: Item, copy: bool = False) -> str:
+        """``item``'s facts as sentences: copy lines with ``copy`` (copyable style), else as outputs say them."""
+        style = copy if self.copyable else None
+        return " ".join(sentence(self.domain, self.split, item.record, f, self.rng, style) for f in item.fields)
 
     # ------------------------------------------------------------------ messages
 
@@ -181,7 +250,7 @@ class Builder:
                           if not self.world.is_secret(it.record.key, f)]
             k = min(len(open_facts), self.rng.choices((0, 1, 2), (3, 5, 2))[0])
             restate = [self.fact(it) for it in self.rng.sample(open_facts, k)]
-            keep = [self.fact(it) for it in prev.keep]
+            keep = [self.fact(it, copy=True) for it in prev.keep]
             parts.append(phrasing.reflect(self.split, prev.tool, prev.count, restate, keep, self.rng))
         parts.append(rnd.lead or phrasing.plan(self.split, rnd.tool, rnd.topic, self.rng))
         return " ".join(parts)

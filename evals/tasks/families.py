@@ -131,12 +131,13 @@ def reversal(b: Builder) -> list[ProbeSpec]:
             ids["hold"] = b.inbox(rng.choice(flow.hold_email[split]).format(requester=requester, **words))
         elif i == h + 1:
             ids["hold_update"] = b.update(rec, hold, reason, rng.choice(flow.hold_thought[split]).format(
-                requester=requester, **words))
+                requester=requester, **words), rng.choice(flow.hold_line[split]).format(**words) if b.copyable else "")
         elif i == r:
             ids["release"] = b.inbox(rng.choice(flow.release_email[split]).format(requester=releaser, **words))
         elif i == r + 1:
             ids["release_update"] = b.update(rec, new, note, rng.choice(flow.release_thought[split]).format(
-                requester=releaser, **words))
+                requester=releaser, **words), rng.choice(flow.release_line[split]).format(**words) if b.copyable
+                else "")
         else:
             tid = b.filler()
             if i == h + 2:

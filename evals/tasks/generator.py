@@ -10,11 +10,12 @@ and the attempt is recorded in ``meta``.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from evals.errors import TaskError
-from evals.tasks.builder import Builder
+from evals.tasks.builder import EVIDENCE_STYLES, Builder
 from evals.tasks.domains import DOMAINS, get_domain
 from evals.tasks.families import FAMILIES, ProbeSpec
 from evals.tasks.phrasing import TOOLS
@@ -23,7 +24,7 @@ from evals.tasks.schema import Probe, Task, mentions, message_text
 from evals.tasks.templates import ProbeTemplates, load_probe_templates
 
 GENERATOR = "evals.tasks.generator"
-GENERATOR_VERSION = "1.0.0"
+GENERATOR_VERSION = "1.1.0"
 MIN_CANDIDATES, MAX_CANDIDATES = 5, 6
 RECENT_WINDOW = 4  # recent-only evidence lies within this many newest tool responses
 _ATTEMPTS = 20
@@ -51,6 +52,9 @@ class SuiteSpec:
         seed: base seed; train and held-out seeds never overlap.
         domains: domains to cycle through.
         probe_templates: a probe wording YAML file ("" = the packaged table).
+        evidence_style: ``varied`` (a probe's evidence only in the output's own format) or
+            ``copyable`` (also as a sentence naming the key before the answer, on its own line: what a
+            small base model can copy; see :mod:`evals.tasks.builder`).
     """
 
     name: str
@@ -62,8 +66,12 @@ class SuiteSpec:
     seed: int = 0
     domains: tuple[str, ...] = tuple(DOMAINS)
     probe_templates: str = ""
+    evidence_style: str = "varied"
 
     def __post_init__(self) -> None:
+        if self.evidence_style not in EVIDENCE_STYLES:
+            raise TaskError(f"evidence_style must be one of {', '.join(EVIDENCE_STYLES)}, got {self.evidence_style!r}",
+                            field="evidence_style", value=self.evidence_style)
         if not 200 <= self.min_tokens <= self.max_tokens:
             raise TaskError(f"need 200 <= min_tokens <= max_tokens, got {self.min_tokens}, {self.max_tokens}",
                             field="min_tokens", value=self.min_tokens)
@@ -83,9 +91,9 @@ class SuiteSpec:
 
 
 SUITES: dict[str, SuiteSpec] = {s.name: s for s in (
-    SuiteSpec("default", 1),
-    SuiteSpec("long", 1, {"train": 12, "heldout": 6}, 6000, 24000),
-    SuiteSpec("smoke", 1, {"train": 2, "heldout": 2}, 800, 2000),
+    SuiteSpec("default", 2, evidence_style="copyable"),  # calibrated for gemma-3-270m on CPU (docs/tasks.md)
+    SuiteSpec("long", 2, {"train": 12, "heldout": 6}, 6000, 24000),  # for larger models (GPU scale)
+    SuiteSpec("smoke", 2, {"train": 2, "heldout": 2}, 800, 2000, evidence_style="copyable"),
 )}
 
 
@@ -110,10 +118,10 @@ def _candidates(spec: ProbeSpec, b: Builder, context: str, rng: random.Random) -
 
 
 def _attempt(family: str, split: str, seed: int, domain: str, target_tokens: int, attempt: int,
-             templates: ProbeTemplates, task_id: str) -> Task:
+             templates: ProbeTemplates, task_id: str, evidence_style: str) -> Task:
     rng = random.Random(f"{GENERATOR_VERSION}|{family}|{split}|{seed}|{attempt}")
     fam = FAMILIES[family]
-    b = Builder(get_domain(domain), split, rng, target_tokens, fam.min_rounds)
+    b = Builder(get_domain(domain), split, rng, target_tokens, fam.min_rounds, evidence_style)
     specs = fam.run(b)
     messages = b.messages()
     texts = [message_text(m) for m in messages]
@@ -126,7 +134,7 @@ def _attempt(family: str, split: str, seed: int, domain: str, target_tokens: int
                 seed=seed, generator=GENERATOR, generator_version=GENERATOR_VERSION, tools=TOOLS,
                 entities=tuple(b.world.used), meta={"attempt": attempt, "target_tokens": target_tokens,
                                                     "probe_templates": templates.digest,
-                                                    "rounds": len(b.rounds)})
+                                                    "rounds": len(b.rounds), "evidence_style": evidence_style})
     problems = check_generated(task)
     if problems:
         raise _Redraw("; ".join(problems))
@@ -134,7 +142,7 @@ def _attempt(family: str, split: str, seed: int, domain: str, target_tokens: int
 
 
 def generate_task(family: str, split: str, seed: int, *, domain: str | None = None, target_tokens: int = 3000,
-                  task_id: str | None = None, probe_templates: str = "") -> Task:
+                  task_id: str | None = None, probe_templates: str = "", evidence_style: str = "varied") -> Task:
     """Generate one task (deterministic in all arguments).
 
     Args:
@@ -145,11 +153,15 @@ def generate_task(family: str, split: str, seed: int, *, domain: str | None = No
         target_tokens: approximate length in gemma tokens (the knob for longer tasks).
         task_id: the id to record (default ``<split>/<family>/<seed>``).
         probe_templates: a probe wording YAML file ("" = packaged).
+        evidence_style: ``varied`` or ``copyable`` (see :class:`SuiteSpec`).
 
     Raises:
-        TaskError: unknown family, split or domain, or no valid draw in 20 attempts.
+        TaskError: unknown family, split, domain or evidence style, or no valid draw in 20 attempts.
     """
     _family(family)
+    if evidence_style not in EVIDENCE_STYLES:
+        raise TaskError(f"evidence_style must be one of {', '.join(EVIDENCE_STYLES)}, got {evidence_style!r}",
+                        field="evidence_style", value=evidence_style)
     if split not in SPLITS:
         raise TaskError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}", field="split", value=split)
     domain = domain or random.Random(f"domain|{seed}").choice(list(DOMAINS))
@@ -158,7 +170,7 @@ def generate_task(family: str, split: str, seed: int, *, domain: str | None = No
     for attempt in range(_ATTEMPTS):
         try:
             return _attempt(family, split, seed, domain, target_tokens, attempt, templates,
-                            task_id or f"{split}/{family}/{seed}")
+                            task_id or f"{split}/{family}/{seed}", evidence_style)
         except _Redraw as err:
             reasons.append(str(err))
     raise TaskError(f"no valid {family} task for seed {seed} in {_ATTEMPTS} attempts: {reasons[-1]}",
@@ -176,13 +188,19 @@ def generate_split(spec: SuiteSpec, split: str) -> list[Task]:
             tasks.append(generate_task(family, split, spec.seed_of(split, family, i),
                                        domain=spec.domains[(i + f_index) % len(spec.domains)], target_tokens=target,
                                        task_id=f"{spec.name}-v{spec.version}/{split}/{family}/{i:03d}",
-                                       probe_templates=spec.probe_templates))
+                                       probe_templates=spec.probe_templates, evidence_style=spec.evidence_style))
     return tasks
+
+
+def _copy_line(text: str, answer: str) -> bool:
+    """Whether ``text`` has a line on which ``answer`` is followed only by the end of its sentence."""
+    return re.search(rf"(?<!\w){re.escape(answer)}[^.?!\n]*\.[ \t]*$", text, re.MULTILINE) is not None
 
 
 def check_generated(task: Task) -> list[str]:
     """The families' promises that ``task`` breaks (empty when it keeps them all); see docs/tasks.md."""
     texts = [message_text(m) for m in task.messages]
+    copyable = task.meta.get("evidence_style") == "copyable"
     problems = []
     tool_ids = [i for i, m in enumerate(task.messages) if m["role"] == "tool"]
     for j, p in enumerate(task.probes):
@@ -197,6 +215,8 @@ def check_generated(task: Task) -> list[str]:
             leaks = [i for i in range(p.after_message + 1) if i not in p.evidence_ids and mentions(texts[i], p.answer)]
             if leaks:
                 problems.append(f"{where}: answer {p.answer!r} also in messages {leaks}")
+        if copyable and not any(_copy_line(texts[i], p.answer) for i in p.evidence_ids if i < len(texts)):
+            problems.append(f"{where}: no copy line of {p.answer!r} in the evidence")
         if task.family == "evidence-restated" and not all(mentions(texts[i], p.answer) for i in p.evidence_ids):
             problems.append(f"{where}: not restated")
         if task.family == "recent-only":

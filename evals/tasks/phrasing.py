@@ -138,9 +138,12 @@ def page_title(domain: Domain, split: str, rng: random.Random) -> str:
     return rng.choice(_TITLES[split]).format(**_type_words(domain, split, rng))
 
 
-def email(split: str, sender: str, key: str, body: str, filler: str, rng: random.Random) -> str:
+def email(split: str, sender: str, key: str, body: str, filler: str, rng: random.Random,
+          own_line: bool = False) -> str:
+    """An email about record ``key``; with ``own_line`` the filler sentence starts a new line after ``body``."""
+    text = f"{body}\n{filler}" if own_line else f"{body} {filler}"
     if split == "train":
         subject = rng.choice(("Question about {k}", "FYI: {k}", "{k} update")).format(k=key)
-        return f"From: {sender}\nSubject: {subject}\n\nHi,\n{body} {filler}\n\nBest,\n{sender}"
+        return f"From: {sender}\nSubject: {subject}\n\nHi,\n{text}\n\nBest,\n{sender}"
     subject = rng.choice(("{k}?", "note on {k}", "{k} - heads up")).format(k=key)
-    return f"sender: {sender}\nre: {subject}\n\n{body} {filler}\n- {sender}"
+    return f"sender: {sender}\nre: {subject}\n\n{text}\n- {sender}"

@@ -5,6 +5,12 @@ Each :class:`Output` is one tool call's response under construction. The builder
 is met, then joins them. Outputs differ by split (markdown vs CSV tables, ISO vs bracketed log
 timestamps, ...), so held-out tasks never share a surface template with train tasks.
 
+Two ways to write an item: :meth:`Output.chunk` (the format's usual rendering, where a fact may be
+a table cell, a ``key=value`` pair or a sentence that names the value first) and
+:meth:`Output.copy_chunk` (the *copyable* evidence style: each fact a sentence that names the key
+before the value, on a line of its own; tables and JSON records keep the row and add the sentence
+to a notes block after the body). A small base model can complete such a line by copying it.
+
 This module writes text only; which records appear where is the builder's and the family's call.
 """
 
@@ -37,9 +43,23 @@ def _quoted(value: str) -> str:
     return json.dumps(value) if " " in value else value
 
 
-def sentence(domain: Domain, split: str, record: Record, field: str, rng: random.Random) -> str:
-    """One fact of ``record`` written as a sentence of the split's phrasing."""
-    template = rng.choice(domain.types[record.type].field(field).sentences[split])
+def sentence(domain: Domain, split: str, record: Record, field: str, rng: random.Random,
+             copy: bool | None = None) -> str:
+    """One fact of ``record`` written as a sentence of the split's phrasing.
+
+    ``copy``: ``None`` draws any of the field's templates (the varied style); ``True`` takes its
+    copy template (:meth:`~evals.tasks.domains.FieldDef.copy_template`, which names the key before
+    the value); ``False`` draws any template but that one (the copyable style everywhere outside
+    copy lines, so that a copy line's wording is not repeated by other sentences).
+    """
+    fdef = domain.types[record.type].field(field)
+    if copy:
+        template = fdef.copy_template(split)
+    else:
+        options = fdef.sentences[split]
+        if copy is False:
+            options = tuple(t for t in options if t != fdef.copy_template(split))
+        template = rng.choice(options)
     return template.format(key=record.key, value=record.get(field))
 
 
@@ -51,6 +71,7 @@ class Output:
 
     tool: ClassVar[str] = ""
     type_name: str | None = None  # set when every chunk must be a record of one type (tables)
+    copyable = False  # the copyable evidence style (set by the builder): see :func:`sentence`
 
     def __init__(self, world: World, rng: random.Random) -> None:
         self.world, self.rng = world, rng
@@ -65,8 +86,21 @@ class Output:
     def head(self) -> str:
         return ""
 
+    def say(self, item: Item) -> list[str]:
+        """The facts of ``item`` as sentences of the split's phrasing (never a copy line's wording)."""
+        return [sentence(self.domain, self.split, item.record, f, self.rng, False if self.copyable else None)
+                for f in item.fields]
+
     def chunk(self, item: Item) -> str:
-        return "; ".join(sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields)
+        return "; ".join(self.say(item))
+
+    def lines(self, item: Item, fields: tuple[str, ...]) -> list[str]:
+        """``fields`` of ``item`` as copy lines: each its field's copy template (key before value)."""
+        return [sentence(self.domain, self.split, item.record, f, self.rng, copy=True) for f in fields]
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        """``item`` in the copyable style: ``fields`` stated as key-first sentences, each on its own line."""
+        return "\n".join(self.lines(item, fields))
 
     def tail(self, n: int) -> str:
         return ""
@@ -94,6 +128,25 @@ class Table(Output):
         self.type_name: str = type_name
         self.columns = columns
         self.rtype = self.domain.types[type_name]
+        self.notes: dict[str, list[str]] = {}  # chunk -> its copyable sentences, shown after the body
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        """The row (or JSON object), with ``fields`` also stated as sentences in the notes block."""
+        chunk = self.chunk(item)
+        self.notes[chunk] = self.lines(item, fields)
+        return chunk
+
+    def with_notes(self, body: str, chunks: list[str]) -> str:
+        """``body`` followed by the notes of ``chunks`` in their order (nothing when there are none)."""
+        notes = [s for c in chunks for s in self.notes.get(c, ())]
+        if not notes:
+            return body
+        if self.train:
+            return body + "\n\nNotes:\n" + "\n".join(f"- {s}" for s in notes)
+        return body + "\n\nremarks:\n" + "\n".join(f"* {s}" for s in notes)
+
+    def text(self, chunks: list[str]) -> str:
+        return self.with_notes(super().text(chunks), chunks)
 
     def labels(self) -> list[str]:
         labels = [self.rtype.key_label[self.split]] + [self.rtype.field(c).label[self.split] for c in self.columns]
@@ -142,9 +195,11 @@ class RecordJSON(Table):
         objs = [json.loads(c) for c in chunks]
         self.main = next(iter(objs[0].values()))
         if self.train:
-            return json.dumps({"result": objs[0], "related": objs[1:], "count": len(objs)}, indent=1,
+            body = json.dumps({"result": objs[0], "related": objs[1:], "count": len(objs)}, indent=1,
                               ensure_ascii=False)
-        return json.dumps({"data": {"item": objs[0], "see_also": objs[1:]}, "ok": True}, ensure_ascii=False)
+        else:
+            body = json.dumps({"data": {"item": objs[0], "see_also": objs[1:]}, "ok": True}, ensure_ascii=False)
+        return self.with_notes(body, chunks)
 
 
 class Logs(Output):
@@ -174,6 +229,15 @@ class Logs(Output):
             lines.append(f"{self.stamp()} {self.source} | {rtype.key_label['heldout']} {item.record.key} -> {pairs}")
         return "\n".join(lines)
 
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        lines = []
+        if self.rng.random() < 0.5:
+            lines.append(phrasing.noise_line(self.split, self.stamp(), self.source, self.rng))
+        for s in self.lines(item, fields):
+            lines.append(f"{self.stamp()} INFO {self.source}: {s}" if self.train else
+                         f"{self.stamp()} {self.source} | {s}")
+        return "\n".join(lines)
+
 
 class Search(Output):
     """``web_search``: numbered hits with a title, an address and a snippet."""
@@ -188,13 +252,24 @@ class Search(Output):
 
     def chunk(self, item: Item) -> str:
         rtype = self.domain.types[item.record.type]
-        facts = " ".join(sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields)
+        facts = " ".join(self.say(item))
         filler = self.rng.choice(self.domain.filler[self.split])
         table = self.domain.tables[item.record.type]
         if self.train:
             return (f"{rtype.key_label['train'].title()} {item.record.key} - details\n"
                     f"   https://wiki.internal/{table}/{slug(item.record.key)}\n   {facts} {filler}\n")
         return f"{facts} ... {filler} (source: kb.corp/{table}?id={slug(item.record.key)})"
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        rtype = self.domain.types[item.record.type]
+        lines = self.lines(item, fields)
+        filler = self.rng.choice(self.domain.filler[self.split])
+        table = self.domain.tables[item.record.type]
+        if self.train:
+            facts = "".join(f"   {s}\n" for s in lines)
+            return (f"{rtype.key_label['train'].title()} {item.record.key} - details\n"
+                    f"   https://wiki.internal/{table}/{slug(item.record.key)}\n{facts}   {filler}\n")
+        return "\n".join(lines) + f"\n    ... {filler} (source: kb.corp/{table}?id={slug(item.record.key)})"
 
 
 class Page(Output):
@@ -217,11 +292,15 @@ class Page(Output):
         return "\n\n" if self.train else "\n"
 
     def chunk(self, item: Item) -> str:
-        facts = [sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields]
+        facts = self.say(item)
         filler = self.rng.sample(self.domain.filler[self.split], 2)
         parts = [*facts, *filler]
         first = parts.pop(self.rng.randrange(len(parts)))  # facts are not always a paragraph's first sentence
         return " ".join([first, *parts])
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        lines = self.lines(item, fields)
+        return "\n".join([*lines, " ".join(self.rng.sample(self.domain.filler[self.split], 2))])
 
 
 class Board(Output):
@@ -242,13 +321,22 @@ class Board(Output):
         return f"Board: {self.board}\n" if self.train else f"{self.board} (open cards)\n"
 
     def chunk(self, item: Item) -> str:
-        facts = " ".join(sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields)
+        facts = " ".join(self.say(item))
         number = self.numbers.pop() if self.numbers else 99
         column = self.rng.choice(phrasing.BOARD_COLUMNS[self.split])
         owner = self.world.person()
         if self.train:
             return f"[{self.prefix}-{number}] {facts} · {owner} · {column}"
         return f"- {column:<12} #{number} {facts} (owner: {owner})"
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        lines = self.lines(item, fields)
+        number = self.numbers.pop() if self.numbers else 99
+        column = self.rng.choice(phrasing.BOARD_COLUMNS[self.split])
+        owner = self.world.person()
+        if self.train:
+            return f"[{self.prefix}-{number}] {owner} · {column}\n" + "\n".join(f"    {s}" for s in lines)
+        return f"- {column:<12} #{number} (owner: {owner})\n" + "\n".join(f"  {s}" for s in lines)
 
 
 class Inbox(Output):
@@ -263,9 +351,14 @@ class Inbox(Output):
         return "\n---\n" if self.train else "\n=====\n"
 
     def chunk(self, item: Item) -> str:
-        facts = " ".join(sentence(self.domain, self.split, item.record, f, self.rng) for f in item.fields)
+        facts = " ".join(self.say(item))
         return phrasing.email(self.split, self.world.person(), item.record.key, facts,
                               self.rng.choice(self.domain.filler[self.split]), self.rng)
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        body = "\n".join(self.lines(item, fields))
+        return phrasing.email(self.split, self.world.person(), item.record.key, body,
+                              self.rng.choice(self.domain.filler[self.split]), self.rng, own_line=True)
 
 
 FORMATS: dict[str, type[Output]] = {f.tool: f for f in (Logs, Search, Page, Board, Inbox)}

@@ -166,7 +166,8 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
     ``name_or_path`` is a registered suite name (looked up under ``root``, default
     :func:`suites_root`, and built there on first use unless ``build`` is false), a suite or
     dataset directory written by ``save_to_disk``, or a JSON-lines file. Raises
-    :class:`TaskError` for unknown names, missing paths, unknown splits and malformed tasks.
+    :class:`TaskError` for unknown names, missing paths, unknown splits, malformed tasks, and a
+    registered suite built by another generator version.
     """
     import datasets
 
@@ -179,6 +180,11 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
                 raise TaskError(f"suite {spec.name!r} is not built at {path}; call build_suite({spec.name!r})",
                                 field="suite", value=spec.name)
             build_suite(spec.name, out_dir=root)
+        built_by = json.loads((path / "manifest.json").read_text()).get("generator_version")
+        if built_by != GENERATOR_VERSION:  # a stale build: its text is not what this generator writes
+            raise TaskError(f"{path} was built by generator {built_by}, this is {GENERATOR_VERSION}: rebuild it with "
+                            f"build_suite({spec.name!r}, overwrite=True) or bump the suite's version",
+                            field="version", value=spec.version)
     if path.is_file():
         lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
         try:

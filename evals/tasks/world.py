@@ -51,6 +51,7 @@ class World:
         self._order: dict[str, list[str]] = {}
         self.records: dict[str, dict[str, Record]] = {t: {} for t in domain.types}
         self.secret: set[tuple[str, str]] = set()
+        self._key_pools = {t.key_pool for t in domain.types.values()}
         for t in domain.types.values():  # word-keyed types: one record per task-level value
             if t.key_pool in pools.WORD_POOLS:
                 for key in self._choices(t.key_pool):
@@ -82,10 +83,21 @@ class World:
 
     def _number(self, pool: str) -> str:
         num = pools.number_pool(pool, self.split)
+        keys = pool in self._key_pools
+        tries = 0
         while True:
             value = num.value(self.rng.randrange(num.low, num.high + 1, num.step))
-            if value not in self.used:
+            tries += 1
+            if value not in self.used and not (keys and tries <= 100 and self._near(value, pool)):
                 return self._take(value, pool)
+
+    def _near(self, value: str, pool: str) -> bool:
+        """Whether ``value`` differs in one character from an id of ``pool`` handed out already.
+
+        Record ids one digit apart (INC-83170, INC-85170) are what a small model confuses.
+        """
+        return any(p == pool and len(v) == len(value) and sum(a != b for a, b in zip(v, value)) <= 1
+                   for v, p in self.used.items())
 
     def value(self, pool: str) -> str:
         """A distractor value of ``pool``, or a fresh number.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -14,10 +15,11 @@ from evals.tasks import SuiteSpec, Task, generate_split
 SPEC = SuiteSpec("unit", 1, {"train": 3, "heldout": 3}, 800, 4000)
 
 
-@pytest.fixture(scope="session")
-def split_tasks() -> dict[str, list[Task]]:
-    """Three tasks per family and split (the held-out split also has the held-out-only family)."""
-    return {s: generate_split(SPEC, s) for s in ("train", "heldout")}
+@pytest.fixture(scope="session", params=["varied", "copyable"])
+def split_tasks(request) -> dict[str, list[Task]]:
+    """Three tasks per family and split (the held-out split also has the held-out-only family), per evidence style."""
+    spec = replace(SPEC, evidence_style=request.param)
+    return {s: generate_split(spec, s) for s in ("train", "heldout")}
 
 
 @pytest.fixture(scope="session")

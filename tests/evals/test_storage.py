@@ -23,7 +23,7 @@ def smoke(tmp_path_factory) -> Path:
 
 def test_build_twice_gives_identical_files(smoke, tmp_path):
     again = build_suite("smoke", out_dir=tmp_path, measure_tokens=False)
-    assert again.built and again.path == tmp_path / "smoke-v1"
+    assert again.built and again.path == tmp_path / f"smoke-v{get_suite_spec('smoke').version}"
     assert files(smoke) == files(again.path)
     assert all(filecmp.cmp(smoke / f, again.path / f, shallow=False) for f in files(smoke))
 
@@ -52,7 +52,8 @@ def test_registered_name_builds_under_the_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("AKV_CACHE_DIR", str(tmp_path))  # (its models/ is empty: keep the tokenizer out)
     monkeypatch.setattr(storage, "token_counter", lambda: lambda messages: 7 * len(messages))
     tasks = load_suite("smoke", "heldout")
-    assert (suite_dir("smoke", 1) / "manifest.json").exists() and str(suite_dir("smoke", 1)).startswith(str(tmp_path))
+    where = suite_dir("smoke", get_suite_spec("smoke").version)
+    assert (where / "manifest.json").exists() and str(where).startswith(str(tmp_path))
     assert [t.n_tokens for t in tasks] == [7 * len(t.messages) for t in tasks]
     with pytest.raises(TaskError, match="not built"):
         load_suite("default", "train", build=False)

@@ -35,6 +35,14 @@ class FieldDef:
     label: Mapping[str, str]
     sentences: Phrases
 
+    def key_first(self, split: str) -> tuple[str, ...]:
+        """The sentence templates of ``split`` that name the key before the value."""
+        return tuple(t for t in self.sentences[split] if t.index("{key}") < t.index("{value}"))
+
+    def copy_template(self, split: str) -> str:
+        """The template of copy lines (the copyable evidence style): the first key-first one."""
+        return self.key_first(split)[0]
+
 
 @dataclass(frozen=True)
 class RecordType:
@@ -64,6 +72,9 @@ class StatusFlow:
             {hold} {status} {note}`` placeholders.
         hold_thought, release_thought: split -> the assistant's reasoning on each email.
         release_notes: split -> why the hold was lifted (free text, never a candidate answer).
+        hold_line, release_line: split -> one-line sentences with the same placeholders that the
+            ``update_record`` confirmation starts with in the copyable evidence style: the record's
+            key first, then the hold status and reason, or the old and new status.
     """
 
     type: str
@@ -73,6 +84,8 @@ class StatusFlow:
     hold_thought: Phrases
     release_thought: Phrases
     release_notes: Phrases
+    hold_line: Phrases
+    release_line: Phrases
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,10 @@ class Domain:
         hop_b = self.hop_target_type
         hop_b.field(self.hop[2])
         assert all(len(v) >= 4 for v in self.statuses.values()), "need a hold status and three outcomes"
+        for rtype in self.types.values():
+            for fdef in rtype.fields:
+                assert all(fdef.key_first(s) and len(fdef.sentences[s]) >= 2 for s in fdef.sentences), \
+                    f"{rtype.name}.{fdef.name}: needs a key-first sentence and another one"
 
     @property
     def hop_target_type(self) -> RecordType:

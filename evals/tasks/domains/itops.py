@@ -73,6 +73,10 @@ FLOW = StatusFlow(
         "heldout": ("findings are closed", "the assessor cleared it", "upstream is healthy again",
                     "the change board agreed a new slot"),
     },
+    hold_line={"train": ("{key} was set to {hold} because of the {reason}.",),
+               "heldout": ("Rollout {key} was switched to {hold} over the {reason}.",)},
+    release_line={"train": ("{key} moved from {hold} to {status}.",),
+                  "heldout": ("Rollout {key} went from {hold} to {status}.",)},
 )
 
 ITOPS = Domain(

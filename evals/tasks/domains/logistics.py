@@ -71,6 +71,10 @@ FLOW = StatusFlow(
         "heldout": ("the client sent the corrected details", "finance signed off the balance",
                     "the documents were countersigned", "the revised slot was accepted"),
     },
+    hold_line={"train": ("Order {key} was set to {hold} because of {reason}.",),
+               "heldout": ("Shipment #{key} was switched to {hold} over the {reason}.",)},
+    release_line={"train": ("Order {key} moved from {hold} to {status}.",),
+                  "heldout": ("Shipment #{key} went from {hold} to {status}.",)},
 )
 
 LOGISTICS = Domain(

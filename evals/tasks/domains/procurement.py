@@ -70,6 +70,10 @@ FLOW = StatusFlow(
         "heldout": ("finance restored the allocation", "the revised bid arrived", "counsel closed the review",
                     "the supplier completed onboarding"),
     },
+    hold_line={"train": ("{key} was set to {hold} because of {reason}.",),
+               "heldout": ("Requisition {key} was switched to {hold} over the {reason}.",)},
+    release_line={"train": ("{key} moved from {hold} to {status}.",),
+                  "heldout": ("Requisition {key} went from {hold} to {status}.",)},
 )
 
 PROCUREMENT = Domain(

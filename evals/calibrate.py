@@ -1,0 +1,64 @@
+"""Command line of the probe calibration (:mod:`evals.calibration`).
+
+    python -m evals.calibrate --split heldout --per-family 4 [--template plain] [--suite default]
+
+Prints the per-family table (log-likelihood multiple choice and greedy exact match, with the full
+cache and with each probe's evidence dropped) and writes ``bench/results/calibration-<split>.json``.
+Exits 1 when a family misses a required target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from evals.probes import LEAD_STYLES, ProbeFormat
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    defaults = ProbeFormat()
+    p = argparse.ArgumentParser(prog="python -m evals.calibrate", description=__doc__.splitlines()[0])
+    p.add_argument("--split", default="heldout", choices=("train", "heldout"))
+    p.add_argument("--per-family", type=int, default=4, help="tasks per family, spread over the split")
+    p.add_argument("--suite", default="default", help="registered suite name or path to a task set")
+    p.add_argument("--model", default="gemma-3-270m")
+    p.add_argument("--template", default="plain", help="chat template of the engine (plain, gemma)")
+    p.add_argument("--lead-in", default=defaults.lead_in, choices=LEAD_STYLES)
+    p.add_argument("--min-lead-chars", type=int, default=defaults.min_lead_chars)
+    p.add_argument("--question", action=argparse.BooleanOptionalAction, default=defaults.ask_question,
+                   help="ask the probe's question before the lead-in")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None, help="JSON file (default bench/results/calibration-<split>.json)")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from engine import Engine
+    from evals.calibration import calibrate, sample_tasks
+    from evals.replay import EvalConfig, TaskResult
+    from evals.tasks import load_suite
+
+    fmt = replace(ProbeFormat(), lead_in=args.lead_in, min_lead_chars=args.min_lead_chars,
+                  ask_question=args.question)
+    tasks = sample_tasks(load_suite(args.suite, args.split), args.per_family)
+    engine = Engine.from_pretrained(args.model, template=args.template, threads=args.threads)
+    print(f"calibrating {args.model} ({args.template} template) on {len(tasks)} {args.split} tasks of {args.suite}; "
+          f"probe format {fmt.as_dict()}", flush=True)
+
+    def progress(r: TaskResult) -> None:
+        print(f"  {r.task_id:<55} {r.policy:<14} {r.seconds:6.1f}s{'' if r.ok else '  FAILED: ' + str(r.error)}",
+              flush=True)
+
+    cal = calibrate(engine, tasks, EvalConfig(probe=fmt), split=args.split, template=args.template, suite=args.suite,
+                    on_result=progress)
+    print(cal.table())
+    out = cal.write(args.out or f"bench/results/calibration-{args.split}.json")
+    print(f"{cal.seconds:.0f} s; written to {out}")
+    return 0 if cal.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
