@@ -15,7 +15,7 @@ from evals.probes import ProbeFormat
 from evals.replay import EvalConfig, PolicySpec, TaskResult, evaluate
 
 
-def _select(suite: str, split: str, limit: int) -> list[Any]:
+def select_suite(suite: str, split: str, limit: int) -> list[Any]:
     from evals.tasks import load_suite
     from rsi.search import select_tasks
 
@@ -93,7 +93,7 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any]) -> int:
         specs = [PolicySpec(args.policy, params)]
     else:
         raise SystemExit("akv eval: give --policy NAME or --compare A,B,...")
-    tasks = _select(args.suite, args.split, args.limit)
+    tasks = select_suite(args.suite, args.split, args.limit)
     eng = Engine.from_pretrained(args.model, template=args.template)
     config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat())
     bar = tqdm(total=len(tasks) * len(specs), desc="evaluating", unit="eval")

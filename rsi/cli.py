@@ -18,16 +18,27 @@ from typing import Any
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import torch
+
     from engine.engine import Engine
     from engine.server import create_app, serve
     from engine.settings import settings
 
     pool = 0 if args.no_reuse else int(args.pool_gb * (1 << 30))
+    dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     eng = Engine.from_pretrained(args.model, template=args.template, pool_bytes=pool,
-                                 host_bytes=int(args.host_gb * (1 << 30)), threads=args.threads)
+                                 host_bytes=int(args.host_gb * (1 << 30)), threads=args.threads,
+                                 device=args.device, dtype=getattr(torch, dtype))
     snapshots = args.snapshot_dir or str(settings().cache_dir / "snapshots")
+    survival = None
+    if args.survival:
+        from engine.survival import SurvivalManager, TreeBackend
+        from search_spaces.survival.registry import get_survival_policy
+
+        survival = SurvivalManager(TreeBackend(eng.tree, eng.geometry.bytes_per_token),
+                                   get_survival_policy(args.survival))
     app = create_app(eng, snapshot_dir=snapshots, max_queue=args.max_queue, max_batch=args.max_batch,
-                     timeout=args.timeout, aliases=(args.model,))
+                     timeout=args.timeout, aliases=(args.model,), survival=survival)
     print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots})", flush=True)
     serve(app, args.host, args.port)
     return 0
@@ -49,6 +60,12 @@ def _eval(args: argparse.Namespace) -> int:
     from evals.cli import run_eval
 
     return run_eval(args, _parse_params(args.params or []))
+
+
+def _live(args: argparse.Namespace) -> int:
+    from evals.live import main_cli
+
+    return main_cli(args, _parse_params(args.params or []))
 
 
 def _search(args: argparse.Namespace) -> int:
@@ -100,6 +117,8 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from evals.workload.cli import add_parser as add_workload
+
     parser = argparse.ArgumentParser(prog="akv", description="AKV-RSI: KV-cache policy search and serving")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -116,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=600.0, help="per-request deadline in seconds")
     s.add_argument("--threads", type=int, default=None)
     s.add_argument("--snapshot-dir", default=None)
+    s.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N); a GPU replica sets CUDA_VISIBLE_DEVICES")
+    s.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="weights and KV (default: float32 on cpu, bfloat16 on cuda)")
+    s.add_argument("--survival", default=None,
+                   help="tool-gap survival policy for paused sessions (lru, ttl, min_waste, ...; docs/survival.md)")
     s.set_defaults(func=_serve)
 
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")
@@ -132,6 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default=None, help="results JSON (per-task parquet next to it)")
     e.add_argument("--plot", default=None, help="cost vs pass-rate PNG (with --compare)")
     e.set_defaults(func=_eval)
+
+    lv = sub.add_parser("live", help="live agent episodes against an OpenAI-compatible endpoint")
+    lv.add_argument("--endpoint", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    lv.add_argument("--model", default="gemma-3-270m", help="model for local token counts (tokenizer)")
+    lv.add_argument("--served-model", default=None, help="the request's model field (default: --model)")
+    lv.add_argument("--template", default="gemma", help="the server's chat template (gemma or plain)")
+    lv.add_argument("--policy", default="full")
+    lv.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy")
+    lv.add_argument("--suite", default="smoke", help="suite name or path of a task set on disk")
+    lv.add_argument("--split", default="heldout", choices=["train", "heldout"])
+    lv.add_argument("--limit", type=int, default=4, help="at most N tasks (spread over families)")
+    lv.add_argument("--probes", type=int, default=1, help="episodes per task (one per probe)")
+    lv.add_argument("--max-steps", type=int, default=8)
+    lv.add_argument("--max-tokens", type=int, default=96)
+    lv.add_argument("--rates", default="gpt-oss-120b")
+    lv.add_argument("--run-dir", default=None, help="checkpoints (rerun to resume); default runs/live-POLICY")
+    lv.add_argument("--out", default=None, help="results JSON (default RUN_DIR/live.json)")
+    lv.set_defaults(func=_live)
 
     se = sub.add_parser("search", help="evolve cache policies (the main job)")
     se.add_argument("config", nargs="?", help="experiment YAML")
@@ -157,12 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--optuna-port", type=int, default=0)
     d.set_defaults(func=_dashboard)
 
-    try:
-        from evals.workload.cli import add_parser as add_workload
-    except ImportError:
-        pass
-    else:
-        add_workload(sub)
+    add_workload(sub)
     return parser
 
 

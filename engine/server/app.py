@@ -5,7 +5,9 @@ full cumulative schedule; the engine's history-aware radix tree reuses everythin
 
 Routes: ``POST /v1/chat/completions`` (``stream`` as server-sent events), ``GET /v1/models``,
 ``GET /health``, ``GET /metrics`` (Prometheus text), ``POST /v1/cache/save``,
-``POST /v1/cache/load``. Every error is an OpenAI-style object
+``POST /v1/cache/load``, ``POST /v1/akv/score`` (log-likelihood of candidates; an AKV extension
+that SGLang-based servers lack). With a survival manager, ``session_id`` + ``tool_gap`` (or a reply that
+ends in a tool call) pause the session on its tool (``engine.survival``). Every error is an OpenAI-style object
 ``{"error": {"message", "type", "param", "code"}}`` whose message names the field and value.
 """
 
@@ -30,8 +32,10 @@ from engine.plan import TokenUsage
 from engine.schedule import parse_schedule
 from engine.server.metrics import Metrics
 from engine.server.scheduler import Job, Scheduler, TimeoutError_
-from engine.server.schemas import CacheLoadRequest, CacheSaveRequest, ChatRequest
+from engine.server.schemas import CacheLoadRequest, CacheSaveRequest, ChatRequest, ScoreRequest
 from engine.server.sessions import Sessions
+from engine.server.toolcalls import reply_message
+from engine.survival import SurvivalManager, ToolGap
 from engine.template import normalize_message
 
 DEFAULT_MAX_TOKENS = 256
@@ -53,9 +57,13 @@ def usage_json(u: TokenUsage) -> dict[str, Any]:
 
 
 def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64, max_batch: int = 8,
-               timeout: float = 600.0, aliases: tuple[str, ...] = ()) -> FastAPI:
-    """Build the app around ``engine`` (the scheduler starts with the app and stops with it)."""
-    scheduler = Scheduler(engine, max_queue=max_queue, max_batch=max_batch, timeout=timeout)
+               timeout: float = 600.0, aliases: tuple[str, ...] = (), survival: SurvivalManager | None = None,
+               ) -> FastAPI:
+    """Build the app around ``engine`` (the scheduler starts with the app and stops with it).
+
+    ``survival``: a :class:`engine.survival.SurvivalManager` over ``engine.tree`` (default: none).
+    """
+    scheduler = Scheduler(engine, max_queue=max_queue, max_batch=max_batch, timeout=timeout, survival=survival)
     sessions = Sessions()
     metrics = Metrics(scheduler)
     snapshots = Path(snapshot_dir)
@@ -138,6 +146,9 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
             normalize_message(m, i)
         schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
         sessions.check(req.session_id, req.messages, schedule)
+        gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
+        if gap is not None and req.session_id is None:
+            raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         args = {"messages": req.messages, "schedule": schedule,
                 "max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
@@ -145,19 +156,22 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
                 "prefix": req.prefix}
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if not req.stream:
-            result: ChatResult = await run(new_job(req.timeout, chat=args))
+            result: ChatResult = await run(new_job(req.timeout, chat=args, session=req.session_id, tool_gap=gap))
             sessions.update(req.session_id, req.messages, schedule)
             metrics.latency.observe(time.perf_counter() - t0)
+            message, finish = reply_message(result.text, result.finish_reason, bool(req.tools))
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+            if req.return_token_ids:
+                choice["token_ids"] = list(result.token_ids)
             return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": engine.name,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                                 "finish_reason": result.finish_reason}],
-                    "usage": usage_json(result.usage)}
+                    "choices": [choice], "usage": usage_json(result.usage)}
         return await stream(req, args, rid, schedule, t0)
 
     async def stream(req: ChatRequest, args: dict[str, Any], rid: str, schedule: Any, t0: float) -> Response:
         pieces: asyncio.Queue[str] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        job = new_job(req.timeout, chat=args, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p))
+        job = new_job(req.timeout, chat=args, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
+                      session=req.session_id, tool_gap=ToolGap.from_wire(req.tool_gap) if req.tool_gap else None)
         scheduler.submit(job)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
@@ -219,6 +233,23 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/akv/score", response_model=None)
+    async def score(req: ScoreRequest) -> Any:
+        """AKV extension: log-likelihood of each candidate (``Engine.score`` on the worker thread)."""
+        if req.model is not None and req.model not in names:
+            return _error(404, f"model: {req.model!r} is not served here (serving {engine.name!r})",
+                          "not_found_error", "model", "model_not_found")
+        if not req.messages:
+            raise MessageError("messages: must be a non-empty list", field="messages", value=[])
+        for i, m in enumerate(req.messages):
+            normalize_message(m, i)
+        schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
+        result = await run(new_job(req.timeout, call=lambda eng: eng.score(req.messages, req.candidates, schedule,
+                                                                           prefix=req.prefix)))
+        return {"object": "akv.score", "model": engine.name, "candidates": result.candidates,
+                "logprobs": result.logprobs, "n_tokens": result.n_tokens, "best": result.best,
+                "best_norm": result.best_norm, "usage": usage_json(result.usage)}
 
     @app.post("/v1/cache/save")
     async def cache_save(req: CacheSaveRequest) -> dict[str, Any]:

@@ -40,6 +40,13 @@ class ChatRequest(BaseModel):
     session_id: str | None = Field(default=None, max_length=256)
     prefix: str = ""
     timeout: float | None = Field(default=None, gt=0)
+    # AKV extension: also return the generated token ids (choices[0].token_ids; non-streaming only)
+    return_token_ids: bool = False
+    # tool-gap survival: after this reply the session waits on a tool ({"expected_s", "tool", "side_effect"})
+    tool_gap: dict[str, Any] | None = None
+    # OpenAI tools: when given, <tool_call> blocks in the reply come back as message.tool_calls. The
+    # templates do not render tool specs: list the tools in the system prompt (as the task suites do).
+    tools: list[Any] | None = None
 
     def schedule(self) -> dict[str, Any]:
         return {"drop_message": self.drop_message, "reposition": self.reposition,
@@ -49,6 +56,28 @@ class ChatRequest(BaseModel):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class ScoreRequest(BaseModel):
+    """``POST /v1/akv/score`` (AKV extension): log-likelihood of candidate continuations.
+
+    The context is the rendered ``messages`` under the schedule plus ``prefix`` (text the
+    assistant's reply starts with); see ``engine.Engine.score``.
+    """
+
+    model: str | None = None
+    messages: list[Any]
+    candidates: list[str]
+    prefix: str = ""
+    drop_message: dict[str, Any] | None = None
+    reposition: list[Any] | None = None
+    drop_rule: Any = None
+    cache: dict[str, Any] | None = None
+    timeout: float | None = Field(default=None, gt=0)
+
+    def schedule(self) -> dict[str, Any]:
+        return {"drop_message": self.drop_message, "reposition": self.reposition,
+                "drop_rule": self.drop_rule, "cache": self.cache}
 
 
 class CacheSaveRequest(BaseModel):

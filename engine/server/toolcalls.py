@@ -43,3 +43,15 @@ def parse_tool_calls(text: str) -> ParsedReply:
     cut = text.find("<tool_call>")
     content = (text if cut < 0 else text[:cut]).strip()
     return ParsedReply(content, calls, invalid)
+
+
+def reply_message(text: str, finish_reason: str, tools_declared: bool) -> tuple[dict[str, Any], str]:
+    """The OpenAI ``message`` and ``finish_reason`` of a generated reply: with tools declared and
+    at least one well-formed ``<tool_call>`` block, the calls come back as ``tool_calls`` (the text
+    before them as ``content``, or null) and the finish reason is ``tool_calls``."""
+    if tools_declared:
+        parsed = parse_tool_calls(text)
+        if parsed.tool_calls:
+            message = {"role": "assistant", "content": parsed.content or None, "tool_calls": parsed.tool_calls}
+            return message, "tool_calls"
+    return {"role": "assistant", "content": text}, finish_reason

@@ -259,3 +259,17 @@ def test_akv_serve_command_line(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+
+
+def test_openai_tools_and_tool_call_history_are_accepted(server, oai):
+    """A harness that declares tools and sends back assistant tool_calls and tool results works
+    unchanged; the tiny model writes no <tool_call> block, so the reply is plain content."""
+    params = {"type": "object", "properties": {"q": {"type": "string"}}}
+    tools = [{"type": "function", "function": {"name": "search", "parameters": params}}]
+    msgs = [{"role": "system", "content": "Tools: search(q)."}, {"role": "user", "content": "Where is order 7?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": '{"q": "order 7"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "order 7 ships from Tern."}]
+    r = oai.chat.completions.create(model="tiny-random", messages=msgs, tools=tools, max_tokens=4, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert r.choices[0].message.content is not None or r.choices[0].message.tool_calls

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.server.toolcalls import parse_tool_calls
+from engine.server.toolcalls import parse_tool_calls, reply_message
 from engine.template import render_tool_calls
 
 
@@ -23,3 +23,17 @@ def test_broken_blocks_are_reported_not_raised():
     parsed = parse_tool_calls('Hi <tool_call>{"name": </tool_call> and <tool_call>{"arguments": {}}</tool_call>')
     assert parsed.tool_calls == [] and len(parsed.invalid) == 2 and parsed.content == "Hi"
     assert parse_tool_calls("plain answer").tool_calls == []
+
+
+def test_reply_message_returns_calls_only_when_tools_are_declared():
+    text = 'Checking.\n<tool_call>{"name": "search", "arguments": {"query": "INC-1"}}</tool_call>'
+    message, finish = reply_message(text, "stop", tools_declared=True)
+    assert finish == "tool_calls" and message["content"] == "Checking."
+    assert message["tool_calls"][0]["function"] == {"name": "search", "arguments": '{"query": "INC-1"}'}
+    assert message["tool_calls"][0]["id"].startswith("call_")
+    assert reply_message(text, "stop", tools_declared=False) == ({"role": "assistant", "content": text}, "stop")
+    # Only broken blocks: the reply stays text (the caller sees what the model wrote).
+    broken = '<tool_call>{"name": </tool_call>'
+    assert reply_message(broken, "length", tools_declared=True) == ({"role": "assistant", "content": broken}, "length")
+    only_call, _ = reply_message(text.split("\n", 1)[1], "stop", tools_declared=True)
+    assert only_call["content"] is None

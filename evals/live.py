@@ -1,0 +1,377 @@
+"""Live-agent evaluation: the model drives the tools, the policy shapes its cache, the answer is scored.
+
+Where the replay evaluator (:mod:`evals.replay`) walks a recorded trajectory, a live episode lets
+the model act. For one (policy, task, probe) the agent gets a system prompt listing four tools and
+the probe's question; each turn it asks the endpoint for the assistant's next message with the
+policy's cumulative schedule (``drop_message`` / ``reposition``) attached, runs the
+``<tool_call>`` blocks the model wrote, and stops at ``submit_answer``, at a reply without a tool
+call (the reply is the answer), or after ``max_steps`` turns. The answer is scored against the
+probe's gold answer (normalised exact match, contains-match reported separately) and every
+request's usage is priced with :mod:`evals.cost`.
+
+The tools run here, in this process, over a corpus made from the task: every tool response the
+trajectory had seen by the probe becomes a document (``doc-<message id>``).
+
+- ``search(query)``: the best three documents by idf-weighted word overlap, with a snippet each;
+- ``read(doc_id)``: a document's text (at most ``read_chars`` characters);
+- ``calculator(expression)``: integer and decimal arithmetic (no names, bounded powers);
+- ``submit_answer(answer)``: declared with a side effect; it runs at most once per episode.
+
+Episodes are durable (:class:`engine.durable.DurableSession`): every step is checkpointed under the
+run directory, and a rerun replays finished steps from the record (no request is sent again, no
+side-effecting tool runs twice) and continues live from the first unfinished one.
+
+The endpoint is any server that speaks the wire format (:class:`engine.remote.RemoteEngine`:
+``akv serve``, or an AKV/SGLang server); a model as small as the default gemma-3-270m rarely
+follows the tool protocol, so on it this measures the harness and the cost, not the agent.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import operator
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.durable import CheckpointStore, DurableSession, StepKind, Tool, ToolBox
+from engine.server.toolcalls import parse_tool_calls
+from evals.cost import counts, request_cost, sum_costs
+from evals.errors import AKVError, TaskError
+from evals.metrics import contains_match, exact_match
+from evals.rates import load_rates
+from evals.tasks.schema import Task
+
+SYSTEM = """You are a research agent. Answer the user's question from the documents, using these tools:
+- search(query): find documents; returns ids and snippets.
+- read(doc_id): the full text of a document.
+- calculator(expression): arithmetic, e.g. "(120 - 45) * 3".
+- submit_answer(answer): your final answer, as short as possible (a name, a number, a status).
+
+Call one tool per message by writing one line:
+<tool_call>{"name": "search", "arguments": {"query": "order 4821 warehouse"}}</tool_call>
+The result comes back in the next message. When you know the answer, call submit_answer."""
+
+TOOL_SPECS: tuple[dict[str, Any], ...] = tuple(
+    {"type": "function", "function": {"name": n, "description": d, "parameters": {
+        "type": "object", "properties": {a: {"type": "string"}}, "required": [a]}}}
+    for n, d, a in (("search", "Find documents; returns ids and snippets.", "query"),
+                    ("read", "The full text of a document.", "doc_id"),
+                    ("calculator", "Evaluate an arithmetic expression.", "expression"),
+                    ("submit_answer", "Submit the final answer (once).", "answer")))
+
+_WORD = re.compile(r"[a-z0-9]+(?:[-.#][a-z0-9]+)*")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The documents an episode's tools search: ``doc id -> (title, text)``."""
+
+    docs: Mapping[str, tuple[str, str]]
+
+    @classmethod
+    def from_task(cls, task: Task, upto: int | None = None) -> Corpus:
+        """Every tool response of ``task`` up to message ``upto`` (inclusive), titled by its call."""
+        docs: dict[str, tuple[str, str]] = {}
+        calls: dict[str, str] = {}
+        last = len(task.messages) - 1 if upto is None else upto
+        for i, m in enumerate(task.messages[:last + 1]):
+            for c in _tool_calls(m):
+                fn = c.get("function") or {}
+                calls[str(c.get("id"))] = f"{fn.get('name', 'tool')} {fn.get('arguments', '')}"[:120]
+            if m.get("role") == "tool":
+                title = calls.get(str(m.get("tool_call_id")), str(m.get("name") or "tool output"))
+                docs[f"doc-{i}"] = (title, str(m.get("content") or ""))
+        if not docs:
+            raise TaskError(f"task {task.id!r} has no tool responses up to message {last}: nothing to search",
+                            field="task", value=task.id)
+        return cls(docs)
+
+    def search(self, query: str, k: int = 3, snippet: int = 160) -> str:
+        terms = set(_words(query))
+        if not terms:
+            return "error: empty query"
+        df = Counter(w for _, text in self.docs.values() for w in set(_words(text)))
+        n = len(self.docs)
+        scored = []
+        for doc_id, (title, text) in self.docs.items():
+            words = set(_words(title + " " + text))
+            score = sum(math.log(1 + n / df[w]) for w in terms & words if df[w])
+            if score > 0:
+                scored.append((-score, doc_id))
+        if not scored:
+            return f"no document matches {query!r}"
+        lines = []
+        for _, doc_id in sorted(scored)[:k]:
+            title, text = self.docs[doc_id]
+            lines.append(f"{doc_id} ({title}): {' '.join(text.split())[:snippet]}")
+        return "\n".join(lines)
+
+    def read(self, doc_id: str, limit: int) -> str:
+        doc = self.docs.get(str(doc_id).strip())
+        if doc is None:
+            some = ", ".join(list(self.docs)[:4])
+            return f"error: no document {doc_id!r}; ids look like {some}"
+        return doc[1][:limit]
+
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def calculate(expression: str) -> str:
+    """``expression``'s value as text, or ``error: ...``: numbers, + - * / // % **, parentheses."""
+    if not isinstance(expression, str) or len(expression) > 200:
+        return "error: give an arithmetic expression of at most 200 characters"
+
+    def ev(node: ast.AST) -> float | int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value  # type: ignore[return-value]
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1e6):
+                raise ValueError("power too large")
+            return _BINARY[type(node.op)](left, right)
+        raise ValueError(f"unsupported syntax {type(node).__name__}")
+
+    try:
+        value = ev(ast.parse(expression.replace(",", ""), mode="eval"))
+    except ZeroDivisionError:
+        return "error: division by zero"
+    except (SyntaxError, ValueError, TypeError, OverflowError, RecursionError) as err:
+        return f"error: {err}"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """Knobs of an episode.
+
+    Attributes:
+        max_steps: assistant turns before the episode ends unanswered.
+        max_tokens: tokens per assistant turn.
+        read_chars: characters ``read`` returns.
+        rates: price point for the cost (``evals/data/rates.yaml``).
+    """
+
+    max_steps: int = 8
+    max_tokens: int = 96
+    read_chars: int = 1500
+    rates: str = "gpt-oss-120b"
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "max_tokens", "read_chars"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ValueError(f"LiveConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+
+
+@dataclass
+class LiveResult:
+    """One episode's outcome (``to_row`` is its JSON form)."""
+
+    task_id: str
+    family: str
+    probe: int
+    policy: str
+    question: str
+    gold: str
+    answer: str | None
+    exact: bool
+    contains: bool
+    submitted: bool
+    steps: int
+    tool_calls: list[str] = field(default_factory=list)
+    invalid_calls: int = 0
+    usage: dict[str, int] = field(default_factory=dict)
+    cost_cents: float = 0.0
+    replayed_steps: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls") or []
+    if isinstance(calls, str):  # stored tasks keep them as text
+        try:
+            calls = ast.literal_eval(calls)
+        except (ValueError, SyntaxError):
+            return []
+    return [dict(c) for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+
+
+def session_name(policy: str, task: Task, probe: int) -> str:
+    digest = hashlib.sha256(f"{policy}|{task.id}|{probe}".encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{policy}-{task.id}")[-80:].strip("-.")
+    return f"{slug}-p{probe}-{digest}"
+
+
+def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: int, store: CheckpointStore,
+                config: LiveConfig = LiveConfig()) -> LiveResult:
+    """Play (or resume) one episode; see the module docstring.
+
+    Args:
+        engine: anything with ``chat(messages, schedule, **sampling)`` like ``Engine.chat``
+            (:class:`engine.remote.RemoteEngine` for an endpoint).
+        policy: a :class:`search_spaces.Policy` whose ``decide(messages)`` gives the schedule, or
+            ``None`` for the full cache.
+        policy_label: the name results and checkpoints are filed under.
+        task, probe: the task and the index of the probe whose question is asked.
+        store: where the episode's checkpoints live (resume by calling again with the same store).
+    """
+    if not 0 <= probe < len(task.probes):
+        raise TaskError(f"probe: task {task.id!r} has {len(task.probes)} probes, got index {probe}",
+                        field="probe", value=probe)
+    p = task.probes[probe]
+    corpus = Corpus.from_task(task, p.after_message)
+    submitted: list[str] = []
+
+    def submit(args: Mapping[str, Any]) -> str:
+        submitted.append(str(args.get("answer", "")))
+        return "answer recorded"
+
+    tools = ToolBox([
+        Tool("search", lambda a: corpus.search(str(a.get("query", "")))),
+        Tool("read", lambda a: corpus.read(str(a.get("doc_id", "")), config.read_chars)),
+        Tool("calculator", lambda a: calculate(str(a.get("expression", "")))),
+        Tool("submit_answer", submit, side_effect=True),
+        Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are search, read, calculator, "
+                                       "submit_answer"),
+    ])
+    name = session_name(policy_label, task, probe)
+    t0 = time.perf_counter()
+    if store.exists(name):
+        session = DurableSession.open(store, name, engine, tools)
+    else:
+        start = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p.question}]
+        session = DurableSession.create(store, name, engine, tools, start)
+    replayed = len(session.steps)
+    answer: str | None = None
+    calls: list[str] = []
+    invalid = steps = 0
+    error = None
+    try:
+        while steps < config.max_steps and answer is None:
+            steps += 1
+            schedule = policy.decide(session.messages) if policy is not None else None
+            text = session.llm(schedule=schedule, max_tokens=config.max_tokens, temperature=0.0)
+            reply = parse_tool_calls(text)
+            if not reply.tool_calls and not reply.invalid:
+                answer = reply.content or text.strip()
+                break
+            for raw in reply.invalid:
+                invalid += 1
+                session.tool("invalid_call", {"problem": f"not a JSON tool call: {raw[:80]}"})
+            for call in reply.tool_calls:
+                fn = call["function"]
+                try:
+                    args = json.loads(fn["arguments"])
+                    if not isinstance(args, dict):
+                        raise ValueError
+                except ValueError:
+                    invalid += 1
+                    session.tool("invalid_call", {"problem": f"arguments of {fn['name']} must be a JSON object"})
+                    continue
+                if fn["name"] not in tools.names() or fn["name"] == "invalid_call":
+                    invalid += 1
+                    session.tool("invalid_call", {"problem": f"unknown tool {fn['name']!r}"})
+                    continue
+                calls.append(fn["name"])
+                session.tool(fn["name"], args)
+                if fn["name"] == "submit_answer":
+                    answer = str(args.get("answer", ""))
+                    break
+    except AKVError as err:  # the endpoint failed or refused: record it, keep the checkpoints for a rerun
+        error = f"{type(err).__name__}: {err}"
+    usages = [r.usage for r in session.steps if r.kind is StepKind.LLM and r.usage]
+    total = Counter[str]()
+    for u in usages:
+        total.update(u)
+    rates = load_rates(config.rates)
+    cost = sum_costs(request_cost(counts(u), rates) for u in usages)
+    return LiveResult(
+        task_id=task.id, family=task.family, probe=probe, policy=policy_label, question=p.question, gold=p.answer,
+        answer=answer, exact=answer is not None and exact_match(answer, p.answer),
+        contains=answer is not None and contains_match(answer, p.answer), submitted=bool(submitted) or any(
+            r.tool == "submit_answer" for r in session.steps),
+        steps=sum(r.kind is StepKind.LLM for r in session.steps), tool_calls=calls, invalid_calls=invalid,
+        usage=dict(total), cost_cents=cost.cents, replayed_steps=replayed, seconds=time.perf_counter() - t0,
+        error=error)
+
+
+def run_live(engine: Any, policy: Any, policy_label: str, tasks: Sequence[Task], run_dir: str | Path,
+             config: LiveConfig = LiveConfig(), probes_per_task: int = 1, progress: bool = True,
+             on_result: Callable[[LiveResult], None] | None = None) -> list[LiveResult]:
+    """Episodes for the first ``probes_per_task`` probes of every task, checkpointed under ``run_dir``."""
+    from tqdm import tqdm
+
+    store = CheckpointStore(Path(run_dir) / "sessions")
+    jobs = [(t, i) for t in tasks for i in range(min(probes_per_task, len(t.probes)))]
+    out = []
+    for task, i in tqdm(jobs, desc=f"live {policy_label}", unit="episode", disable=None if progress else True):
+        r = run_episode(engine, policy, policy_label, task, i, store, config)
+        out.append(r)
+        if on_result is not None:
+            on_result(r)
+    return out
+
+
+def summary(results: Iterable[LiveResult]) -> dict[str, Any]:
+    """Pass rate (exact and contains), mean cost, steps and tool use over ``results``."""
+    from evals.metrics import pass_rate
+
+    rs = list(results)
+    exact, contains = pass_rate(r.exact for r in rs), pass_rate(r.contains for r in rs)
+    n = max(1, len(rs))
+    return {"episodes": len(rs), "pass_rate": exact.rate, "pass_rate_ci95": [exact.interval.low, exact.interval.high],
+            "contains_rate": contains.rate, "cost_cents_mean": sum(r.cost_cents for r in rs) / n,
+            "steps_mean": sum(r.steps for r in rs) / n, "submitted": sum(r.submitted for r in rs),
+            "tool_calls": dict(Counter(c for r in rs for c in r.tool_calls)),
+            "invalid_calls": sum(r.invalid_calls for r in rs), "errors": sum(r.error is not None for r in rs)}
+
+
+def main_cli(args: Any, params: Mapping[str, Any]) -> int:
+    """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON."""
+    from engine.remote import RemoteEngine
+    from evals.cli import select_suite
+    from search_spaces import get_policy
+
+    tasks = select_suite(args.suite, args.split, args.limit)
+    policy = None if args.policy == "full" else get_policy(args.policy, **params)
+    label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
+    run_dir = Path(args.run_dir or f"runs/live-{label}")
+    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
+    with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model) as engine:
+        results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
+    s = summary(results)
+    print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "
+          f"[{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], contains {s['contains_rate']:.3f}, "
+          f"cost {s['cost_cents_mean']:.4f} c/episode, {s['steps_mean']:.1f} steps, tools {s['tool_calls']}, "
+          f"invalid calls {s['invalid_calls']}, errors {s['errors']}")
+    out = Path(args.out or run_dir / "live.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"summary": s, "config": asdict(config), "policy": label, "endpoint": args.endpoint,
+                               "episodes": [r.to_row() for r in results]}, indent=1))
+    print(f"episodes and checkpoints in {run_dir}; results: {out}")
+    return 1 if s["errors"] else 0
