@@ -25,7 +25,7 @@ from rsi.metrics import Metrics, aggregate
 from rsi.pareto import dominates
 from search_spaces import suggest_params
 
-optuna.logging.set_verbosity(logging.WARNING)
+optuna.logging.set_verbosity(logging.ERROR)  # failed trials are recorded and summarized by the search itself
 
 Evaluate = Callable[[dict[str, Any], Sequence[Task]], list[TaskResult]]
 """(params, tasks) -> results of the program under tuning."""

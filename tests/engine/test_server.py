@@ -240,7 +240,7 @@ def test_akv_serve_command_line(tmp_path):
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", "serve", "--model", "tiny-random", "--port", str(port),
-                             "--snapshot-dir", str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                             "--snapshot-dir", str(tmp_path), "--survival", "lru"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -256,6 +256,7 @@ def test_akv_serve_command_line(tmp_path):
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
         r = client.chat.completions.create(model="tiny-random", messages=trajectory(2), max_tokens=3)
         assert r.usage.prompt_tokens > 0
+        assert "akv_survival_paused_sessions" in httpx.get(f"http://127.0.0.1:{port}/metrics").text  # --survival
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
