@@ -68,6 +68,12 @@ def _live(args: argparse.Namespace) -> int:
     return main_cli(args, _parse_params(args.params or []))
 
 
+def _survival_search(args: argparse.Namespace) -> int:
+    from rsi.survival_search import main_cli
+
+    return main_cli(args)
+
+
 def _search(args: argparse.Namespace) -> int:
     from rsi.config import load_config
     from rsi.search import Search, load_run_config
@@ -174,6 +180,17 @@ def build_parser() -> argparse.ArgumentParser:
     lv.add_argument("--run-dir", default=None, help="checkpoints (rerun to resume); default runs/live-POLICY")
     lv.add_argument("--out", default=None, help="results JSON (default RUN_DIR/live.json)")
     lv.set_defaults(func=_live)
+
+    ss = sub.add_parser("survival-search", help="tune survival policies on the workload simulator")
+    ss.add_argument("trace", help="a workload trace (akv workload generate)")
+    ss.add_argument("--survival", default=None, help="comma-separated families (default: all)")
+    ss.add_argument("--trials", type=int, default=20, help="Optuna trials per family (trial 0: defaults)")
+    ss.add_argument("--pool-tokens", type=int, default=None, help="KV pool budget (default: the trace's)")
+    ss.add_argument("--host-tokens", type=int, default=None)
+    ss.add_argument("--max-batch", type=int, default=4)
+    ss.add_argument("--seed", type=int, default=0)
+    ss.add_argument("--out", default="runs/survival-search", help="directory for trials.jsonl and summary.json")
+    ss.set_defaults(func=_survival_search)
 
     se = sub.add_parser("search", help="evolve cache policies (the main job)")
     se.add_argument("config", nargs="?", help="experiment YAML")
