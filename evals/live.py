@@ -43,7 +43,7 @@ from typing import Any
 
 from engine.durable import CheckpointStore, DurableSession, StepKind, Tool, ToolBox
 from engine.server.toolcalls import parse_tool_calls
-from evals.cost import counts, request_cost, sum_costs
+from evals.cost import task_cost
 from evals.errors import AKVError, TaskError
 from evals.metrics import contains_match, exact_match
 from evals.rates import load_rates
@@ -211,14 +211,9 @@ class LiveResult:
         return asdict(self)
 
 
-def _tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     calls = message.get("tool_calls") or []
-    if isinstance(calls, str):  # stored tasks keep them as text
-        try:
-            calls = ast.literal_eval(calls)
-        except (ValueError, SyntaxError):
-            return []
-    return [dict(c) for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
+    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
 
 
 def session_name(policy: str, task: Task, probe: int) -> str:
@@ -245,17 +240,11 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
                         field="probe", value=probe)
     p = task.probes[probe]
     corpus = Corpus.from_task(task, p.after_message)
-    submitted: list[str] = []
-
-    def submit(args: Mapping[str, Any]) -> str:
-        submitted.append(str(args.get("answer", "")))
-        return "answer recorded"
-
     tools = ToolBox([
         Tool("search", lambda a: corpus.search(str(a.get("query", "")))),
         Tool("read", lambda a: corpus.read(str(a.get("doc_id", "")), config.read_chars)),
         Tool("calculator", lambda a: calculate(str(a.get("expression", "")))),
-        Tool("submit_answer", submit, side_effect=True),
+        Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
         Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are search, read, calculator, "
                                        "submit_answer"),
     ])
@@ -308,13 +297,12 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
     total = Counter[str]()
     for u in usages:
         total.update(u)
-    rates = load_rates(config.rates)
-    cost = sum_costs(request_cost(counts(u), rates) for u in usages)
+    cost = task_cost(usages, load_rates(config.rates))
     return LiveResult(
         task_id=task.id, family=task.family, probe=probe, policy=policy_label, question=p.question, gold=p.answer,
         answer=answer, exact=answer is not None and exact_match(answer, p.answer),
-        contains=answer is not None and contains_match(answer, p.answer), submitted=bool(submitted) or any(
-            r.tool == "submit_answer" for r in session.steps),
+        contains=answer is not None and contains_match(answer, p.answer),
+        submitted=any(r.tool == "submit_answer" for r in session.steps),
         steps=sum(r.kind is StepKind.LLM for r in session.steps), tool_calls=calls, invalid_calls=invalid,
         usage=dict(total), cost_cents=cost.cents, replayed_steps=replayed, seconds=time.perf_counter() - t0,
         error=error)
