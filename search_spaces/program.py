@@ -23,46 +23,20 @@ from search_spaces.embed import Embedder
 from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
 from search_spaces.policy import Policy
 from search_spaces.request import Episode, Request
-from search_spaces.sandbox import SandboxLimits, Status, one_line, run_child
+from search_spaces.sandbox import RunOutcome, SandboxLimits, Status, one_line, run_child
 
 
 @dataclass(frozen=True)
-class SandboxResult:
-    """The record of one sandboxed evaluation.
+class SandboxResult(RunOutcome):
+    """The record of one sandboxed evaluation (``RunOutcome``'s fields, then these).
 
     Attributes:
-        status: how it ended; ``ok``/``timed_out``/``error`` are derived flags.
-        reason: ``"ok"`` or one line fit to show a proposer.
-        sha256: the program's hash.
-        wall_seconds: time spent in the sandbox.
         decisions: per episode, the validated decisions (empty unless ok).
         params: what ``space(trial)`` returned (:func:`suggest_params` only).
     """
 
-    status: Status
-    reason: str
-    sha256: str
-    wall_seconds: float = 0.0
     decisions: tuple[tuple[Decision, ...], ...] = ()
     params: Mapping[str, Any] | None = field(default=None)
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.OK
-
-    @property
-    def timed_out(self) -> bool:
-        return self.status is Status.TIMEOUT
-
-    @property
-    def error(self) -> bool:
-        """Any failure other than a timeout (refused, crashed, raised, invalid, too large)."""
-        return not self.ok and not self.timed_out
-
-    def record(self) -> dict[str, Any]:
-        """A JSON-able summary for logs and trackers."""
-        return {"status": self.status.value, "ok": self.ok, "timed_out": self.timed_out, "error": self.error,
-                "reason": self.reason, "sha256": self.sha256, "wall_seconds": round(self.wall_seconds, 3)}
 
 
 def _episode_job(ep: Episode, previous: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -43,6 +43,41 @@ class Status(enum.Enum):
 
 
 @dataclass(frozen=True)
+class RunOutcome:
+    """How one sandboxed run ended (the fields every program result shares).
+
+    Attributes:
+        status: how it ended; ``ok``/``timed_out``/``error`` are derived flags.
+        reason: ``"ok"`` or one line fit to show a proposer.
+        sha256: the program's hash.
+        wall_seconds: time spent in the sandbox.
+    """
+
+    status: Status
+    reason: str
+    sha256: str
+    wall_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status is Status.TIMEOUT
+
+    @property
+    def error(self) -> bool:
+        """Any failure other than a timeout (refused, crashed, raised, invalid, too large)."""
+        return not self.ok and not self.timed_out
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-able summary for logs and trackers."""
+        return {"status": self.status.value, "ok": self.ok, "timed_out": self.timed_out, "error": self.error,
+                "reason": self.reason, "sha256": self.sha256, "wall_seconds": round(self.wall_seconds, 3)}
+
+
+@dataclass(frozen=True)
 class SandboxLimits:
     """Limits of one sandbox call (one batch).
 
@@ -143,21 +178,24 @@ def _classify(rc: int, out: bytes, err: bytes, ended: str, limits: SandboxLimits
     return ChildOutput(Status.OK, "ok", answer, wall)
 
 
+def _send(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    """Write ``data`` to the child; a child that is gone is not an error here (how it ended is
+    read from its exit status)."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(data)
+        proc.stdin.flush()
+    except (BrokenPipeError, OSError):
+        pass
+
+
 class _Dialog:
     """The parent's side of a ``space`` job: sends the job, answers ``{"ask": ...}`` lines."""
 
     def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, answer: Callable[[dict[str, Any]], Any]) -> None:
         self.proc, self.answer = proc, answer
         self.failure = ""
-        self._send(payload)
-
-    def _send(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the child is gone; how it ended is read from its exit status
+        _send(self.proc, payload)
 
     def serve(self, out: bytearray) -> bool:
         """Answer every complete question line at the start of ``out`` (removing it); False to stop."""
@@ -175,7 +213,7 @@ class _Dialog:
             except (ValueError, TypeError, KeyError) as err:
                 self.failure = f"space(trial): {msg['ask'].get('name')!r}: {err}"
                 return False
-            self._send(json.dumps({"value": value}).encode() + b"\n")
+            _send(self.proc, json.dumps({"value": value}).encode() + b"\n")
         return True
 
 
@@ -257,7 +295,7 @@ class SandboxSession:
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._sel.register(self.proc.stdout, selectors.EVENT_READ, self._out)
         self._sel.register(self.proc.stderr, selectors.EVENT_READ, self._err)
-        self._send(payload)
+        _send(self.proc, payload)
         first = self._answer()
         if first.status is Status.OK and not (first.answer or {}).get("ready"):
             first = ChildOutput(Status.CRASHED, "the sandbox process did not get ready", None, first.wall_seconds)
@@ -275,7 +313,7 @@ class SandboxSession:
         if self.failure is not None:
             return self.failure
         self.calls += 1
-        self._send(json.dumps(message).encode() + b"\n")
+        _send(self.proc, json.dumps(message).encode() + b"\n")
         out = self._answer()
         if out.status is not Status.OK:
             self._fail(out)
@@ -283,7 +321,7 @@ class SandboxSession:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self._send(b'{"stop": true}\n')
+            _send(self.proc, b'{"stop": true}\n')
             try:
                 self.proc.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
@@ -300,14 +338,6 @@ class SandboxSession:
         if self.proc.poll() is None:
             _kill(self.proc)
             self.proc.wait()
-
-    def _send(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the child is gone; _answer reads how it ended
 
     def _answer(self) -> ChildOutput:
         start = time.monotonic()

@@ -21,43 +21,19 @@ from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
 from search_spaces.checker import CheckResult, check_program
 from search_spaces.errors import ParameterError, ProgramFailure
 from search_spaces.program import _job_params
-from search_spaces.sandbox import SandboxLimits, SandboxSession, Status, one_line, run_child
+from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, one_line, run_child
 from search_spaces.survival.builtin import parse_decisions
 
 
 @dataclass(frozen=True)
-class SurvivalRunResult:
-    """The record of one sandboxed survival run.
+class SurvivalRunResult(RunOutcome):
+    """The record of one sandboxed survival run (``RunOutcome``'s fields, then these).
 
     Attributes:
-        status: how it ended; ``ok`` / ``timed_out`` / ``error`` are derived flags.
-        reason: ``"ok"`` or one line fit to show a proposer.
-        sha256: the program's hash.
-        wall_seconds: time spent in the sandbox.
         decisions: per request, the validated decisions (empty unless ok).
     """
 
-    status: Status
-    reason: str
-    sha256: str
-    wall_seconds: float = 0.0
     decisions: tuple[Mapping[str, SurvivalDecision], ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.OK
-
-    @property
-    def timed_out(self) -> bool:
-        return self.status is Status.TIMEOUT
-
-    @property
-    def error(self) -> bool:
-        return not self.ok and not self.timed_out
-
-    def record(self) -> dict[str, Any]:
-        return {"status": self.status.value, "ok": self.ok, "timed_out": self.timed_out, "error": self.error,
-                "reason": self.reason, "sha256": self.sha256, "wall_seconds": round(self.wall_seconds, 3)}
 
 
 @dataclass(frozen=True)
