@@ -20,14 +20,13 @@ is an ordinary trace (``kind: "imported"``, no suggested budgets unless given).
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from engine.errors import show
-from evals.workload.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError
+from evals.workload.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError, json_lines
 
 RECORDED_FIELDS = {"session", "program", "start_s", "end_s", "prompt_tokens", "completion_tokens", "tool",
                    "tool_start_s", "tool_end_s", "expected_gap_s", "side_effect", "text"}
@@ -45,14 +44,7 @@ def _num(raw: Mapping[str, Any], key: str, where: str, required: bool = True) ->
 
 def _calls(lines: Iterable[str], name: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     by_session: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{name}:{i}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise WorkloadError(f"{where}: not JSON ({err.msg})", field=where) from None
+    for where, raw in json_lines(lines, name):
         if not isinstance(raw, dict):
             raise WorkloadError(f"{where}: a recorded call must be an object, got {show(raw)}", field=where, value=raw)
         extra = set(raw) - RECORDED_FIELDS

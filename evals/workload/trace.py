@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -215,14 +215,9 @@ def parse_header(raw: Any, where: str) -> TraceHeader:
                        in raw else 0, budgets["pool_tokens"], budgets["host_tokens"], dict(dist))
 
 
-def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
-    """Parse the lines of a trace file.
-
-    Raises:
-        WorkloadError: naming ``name:line`` and the field of the first problem.
-    """
-    header: TraceHeader | None = None
-    sessions = []
+def json_lines(lines: Iterable[str], name: str) -> Iterator[tuple[str, Any]]:
+    """``(name:line, parsed value)`` for every non-blank line (raises :class:`WorkloadError` on
+    a line that is not JSON)."""
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -231,6 +226,18 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
             raw = json.loads(line)
         except json.JSONDecodeError as err:
             raise _fail(where, f"not JSON ({err.msg})") from None
+        yield where, raw
+
+
+def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
+    """Parse the lines of a trace file.
+
+    Raises:
+        WorkloadError: naming ``name:line`` and the field of the first problem.
+    """
+    header: TraceHeader | None = None
+    sessions = []
+    for where, raw in json_lines(lines, name):
         if header is None:
             header = parse_header(raw, where)
         else:
