@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -98,15 +99,20 @@ class Corpus:
                             field="task", value=task.id)
         return cls(docs)
 
+    @cached_property
+    def _index(self) -> tuple[Counter[str], dict[str, frozenset[str]]]:
+        """Document frequency of every word (in texts), and each document's words (title and text)."""
+        df = Counter(w for _, text in self.docs.values() for w in set(_words(text)))
+        return df, {d: frozenset(_words(title + " " + text)) for d, (title, text) in self.docs.items()}
+
     def search(self, query: str, k: int = 3, snippet: int = 160) -> str:
         terms = set(_words(query))
         if not terms:
             return "error: empty query"
-        df = Counter(w for _, text in self.docs.values() for w in set(_words(text)))
+        df, doc_words = self._index
         n = len(self.docs)
         scored = []
-        for doc_id, (title, text) in self.docs.items():
-            words = set(_words(title + " " + text))
+        for doc_id, words in doc_words.items():
             score = sum(math.log(1 + n / df[w]) for w in terms & words if df[w])
             if score > 0:
                 scored.append((-score, doc_id))
