@@ -4,8 +4,10 @@ One multi-objective study per program. A trial draws its parameters by running t
 ``space(trial)`` in the sandbox, evaluates them on the first ``fidelity_tasks`` train tasks, and
 is pruned when that partial result is already dominated by the archive's front on the same
 tasks (multi-fidelity); otherwise it is evaluated on every train task. A program whose space or
-decisions fail makes a FAIL trial with its reason, and the study goes on. ``study.best_trials``
-are what enter the archive.
+decisions fail makes a FAIL trial with its reason, and the study goes on: ``suggest_params`` never
+raises for what a ``space`` does (bounds Optuna cannot hold, endless suggesting, exceptions), so
+no program ends a search, in generation 0, ``seed_from`` imports, proposals or a resume.
+``study.best_trials`` are what enter the archive.
 """
 
 from __future__ import annotations

@@ -3,15 +3,17 @@
 This is the first of two walls (the second is the sandbox process, ``sandbox.py``): it refuses
 imports beyond ``math``/``re``/``statistics``, names and attributes starting with ``_`` (so no
 ``__class__``/``__globals__``/``__subclasses__`` walks), builtins outside the list (no ``open``,
-``eval``, ``exec``, ``compile``, ``getattr``), attribute names outside the list (no ``gi_frame``,
-``str.format``), classes, ``global``/``nonlocal``, ``with``, ``yield``, attribute assignment, code
-that runs at load time, and sources over 20 KB. It never executes the program. Its reason is one
-line, fit to show a proposer.
+``eval``, ``exec``, ``compile``, ``getattr``), any binding of a builtin's name outside the list
+(``open = None`` anywhere would otherwise make ``open`` look defined in every scope), attribute
+names outside the list (no ``gi_frame``, ``str.format``), classes, ``global``/``nonlocal``,
+``with``, ``yield``, attribute assignment, code that runs at load time, and sources over 20 KB. It
+never executes the program. Its reason is one line, fit to show a proposer.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import hashlib
 from collections.abc import Mapping
@@ -23,7 +25,15 @@ from search_spaces import program_api, rules, survival_api
 from search_spaces.errors import PolicyError
 
 # Cache programs and survival programs share one language; their API classes' names are readable.
-_ATTRIBUTES = rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
+ALLOWED_ATTRIBUTES = rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
+# Names of builtins a program may not use, nor bind anywhere: the name check is scope-blind (a name
+# bound anywhere counts as defined everywhere), so one ``open = None`` would let ``open(...)`` pass
+# in every other function. The names ``site`` and newer Pythons add are listed too.
+RESERVED_NAMES = frozenset(
+    {n for n in dir(builtins) if not n.startswith("_")}
+    | {"exit", "quit", "help", "copyright", "credits", "license", "breakpoint", "aiter", "anext",
+       "ExceptionGroup", "BaseExceptionGroup", "EncodingWarning", "PythonFinalizationError"}
+) - rules.ALLOWED_BUILTINS
 _FRIENDLY = {
     "ClassDef": "class definitions", "With": "with statements", "AsyncWith": "with statements",
     "Global": "global statements", "Nonlocal": "nonlocal statements", "Yield": "yield",
@@ -131,7 +141,12 @@ def _check_top_level(tree: ast.Module) -> None:
 
 def _walk(tree: ast.Module) -> list[_Problem]:
     problems: list[_Problem] = []
-    bound = _bound_names(tree)
+    bound: set[str] = set()
+    for node, name in _bindings(tree):
+        bound.add(name)
+        if name in RESERVED_NAMES:
+            problems.append(_Problem(node, f"binding the name {name!r} is not allowed (it names a builtin outside "
+                                           "the allowed ones; choose another name)", first=True))
     for node in ast.walk(tree):
         try:
             _check_node(node, bound)
@@ -140,20 +155,30 @@ def _walk(tree: ast.Module) -> list[_Problem]:
     return problems
 
 
-def _bound_names(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
+def _bindings(tree: ast.Module) -> list[tuple[ast.AST, str]]:
+    """Every (node, name) that binds or unbinds a name anywhere in ``tree``: assignment targets of
+    every kind (plain, augmented, annotated, ``for``, comprehension, walrus, ``with ... as``,
+    ``del``), function and class names, parameters, imports, ``except ... as``, ``global``/
+    ``nonlocal`` and ``match`` captures (some of these are refused anyway; their names still count)."""
+    out: list[tuple[ast.AST, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.FunctionDef):
-            names.add(node.name)
+            out.append((node, node.id))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append((node, node.name))
         elif isinstance(node, ast.arg):
-            names.add(node.arg)
+            out.append((node, node.arg))
         elif isinstance(node, ast.alias):
-            names.add(node.asname or node.name)
+            out.append((node, node.asname or node.name.partition(".")[0]))
         elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
+            out.append((node, node.name))
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            out.extend((node, name) for name in node.names)
+        elif isinstance(node, ast.MatchAs | ast.MatchStar) and node.name:
+            out.append((node, node.name))
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            out.append((node, node.rest))
+    return out
 
 
 def _private(name: str | None) -> bool:
@@ -175,7 +200,7 @@ def _check_node(node: ast.AST, bound: set[str]) -> None:
             raise _Problem(node, f"attribute {node.attr!r} is not allowed (names starting with '_' are private)")
         if not isinstance(node.ctx, ast.Load):
             raise _Problem(node, f"assigning or deleting attribute {node.attr!r} is not allowed")
-        if node.attr not in _ATTRIBUTES:
+        if node.attr not in ALLOWED_ATTRIBUTES:
             raise _Problem(node, f"attribute {node.attr!r} is not allowed (use the methods of plain data "
                                  "types, the allowed modules and the policy API)")
     elif isinstance(node, ast.FunctionDef):

@@ -11,7 +11,11 @@ and, run as a script, reads a request body on stdin and prints ``apply(body)``. 
 from the crude estimator ``estimate_tokens`` unless given; the in-framework policy reproduces an
 exported module's decisions when it is given the same counts. Text baselines, and policies that
 need sentence embeddings (relevance), cannot be exported: an export raises rather than silently
-deciding differently.
+deciding differently. The program in an exported module is contained as in the sandbox's first
+wall: the module re-checks it on import (its hash, names, attributes, imports) and runs it with
+only the allowed builtins and module functions, so importing the module cannot reach files,
+processes or the network even where the static check had a gap (it has no sandbox process or
+resource limits: a program that loops forever still loops).
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from search_spaces import program_api
-from search_spaces.checker import check_program
+from search_spaces import program_api, rules
+from search_spaces.checker import ALLOWED_ATTRIBUTES, check_program
 from search_spaces.errors import PolicyError
 from search_spaces.policy import Policy
 from search_spaces.program import ProgramPolicy
@@ -32,13 +36,61 @@ from search_spaces.seeds import seed_source
 
 _RUNNER = '''
 
-# ---- the policy program, run in its own namespace so its names never shadow the API above ----
+# ---- the policy program ----
+# Checked again on import (its hash, and no name or attribute outside what the sandbox allows), then
+# run in its own namespace with only the builtins and module functions the sandbox gives it, so
+# that, imported anywhere, it reaches nothing the sandbox forbids (no open, eval, getattr...).
+import ast as _ast
+import builtins as _builtins
+import hashlib as _hashlib
+import types as _types
+
 PROGRAM_SHA256 = {sha!r}
 PARAMS = {params!r}
 PROGRAM_SOURCE = {source}
+_BUILTINS = {builtins!r}
+_MODULES = {modules!r}
+_NODES = frozenset({nodes!r})
+_ATTRIBUTES = frozenset({attributes!r})
 
-_program: dict = {{"__name__": "akv_policy_program"}}
-exec(compile(PROGRAM_SOURCE, "<akv-policy>", "exec"), _program)  # the program passed check_program
+
+def _refusal(source):
+    """Why ``source`` may not run here, or None."""
+    if _hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest() != PROGRAM_SHA256:
+        return "the program does not match PROGRAM_SHA256"
+    for node in _ast.walk(_ast.parse(source)):
+        kind = type(node).__name__
+        if kind not in _NODES:
+            return kind + " is not allowed"
+        names = [getattr(node, f, None) for f in ("id", "arg", "name", "asname", "attr")]
+        if any(isinstance(n, str) and n.startswith("_") for n in names):
+            return "names starting with '_' are not allowed (line %s)" % getattr(node, "lineno", "?")
+        if isinstance(node, _ast.Attribute) and node.attr not in _ATTRIBUTES:
+            return "attribute %r is not allowed (line %s)" % (node.attr, node.lineno)
+        if isinstance(node, _ast.Import) and any(a.name not in _MODULES for a in node.names):
+            return "only these modules may be imported: " + ", ".join(sorted(_MODULES))
+        if isinstance(node, _ast.ImportFrom) and (node.level or node.module not in _MODULES or any(
+                a.name not in _MODULES[node.module] for a in node.names)):
+            return "import from %r is not allowed (line %s)" % (node.module, node.lineno)
+    return None
+
+
+def _restricted_import(name, globals=None, locals=None, fromlist=(), level=0):
+    if level or name not in _MODULES:
+        raise ImportError("import of %r is not allowed" % name)
+    module = __import__(name)
+    return _types.SimpleNamespace(**{{n: getattr(module, n) for n in _MODULES[name] if hasattr(module, n)}})
+
+
+_why = _refusal(PROGRAM_SOURCE)
+if _why is not None:
+    raise ImportError("this AKV policy module refuses its program: " + _why)
+_program: dict = {{
+    "__builtins__": {{**{{n: getattr(_builtins, n) for n in _BUILTINS if hasattr(_builtins, n)}},
+                     "__import__": _restricted_import}},
+    "__name__": "akv_policy_program",
+}}
+exec(compile(PROGRAM_SOURCE, "<akv-policy>", "exec"), _program)
 
 
 def decide(messages, token_counts=None, previous=None):
@@ -46,7 +98,7 @@ def decide(messages, token_counts=None, previous=None):
     ``token_counts``: tokens per message (default: ``estimate_tokens(messages)``)."""
     counts = list(token_counts) if token_counts is not None else estimate_tokens(messages)
     out = _program["decide"](RequestView(messages, counts, None, previous, None), dict(PARAMS))
-    return out.wire() if isinstance(out, Plan) else dict(out)
+    return out.wire() if isinstance(out, Plan) else json.loads(json.dumps(out))
 
 
 def apply(payload, token_counts=None):
@@ -96,7 +148,9 @@ def api_code() -> str:
 
 
 def _literal(text: str) -> str:
-    if "'''" not in text and not text.endswith("\\") and "\\" not in text:
+    """``text`` as a Python literal: a readable triple-quoted one where that reads back exactly
+    (no quote at the end to merge with the closing quotes, no backslash, no carriage return)."""
+    if "'''" not in text and not text.endswith("'") and "\\" not in text and "\r" not in text:
         return "'''" + text + "'''"
     return repr(text)
 
@@ -121,7 +175,11 @@ def export_policy(policy: Policy, path: str | Path) -> Path:
               "Token counts default to estimate_tokens(): 4 tokens of turn markup plus one per 4 characters.\n"
               "Regenerate rather than edit.\n"
               '"""\n\nfrom __future__ import annotations\n\n')
-    text = header + api_code() + "\n" + _RUNNER.format(sha=check.sha256, params=params, source=_literal(source))
+    runner = _RUNNER.format(
+        sha=check.sha256, params=params, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
+        modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
+        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(ALLOWED_ATTRIBUTES)))
+    text = header + api_code() + "\n" + runner
     out = Path(path)
     out.write_text(text, encoding="utf-8")
     return out

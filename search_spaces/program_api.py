@@ -21,7 +21,10 @@ def space(trial):                  # -> dict of parameters, drawn with trial.sug
 that `DEFAULTS` does not list fails the candidate. `space` receives an object with Optuna's
 `suggest_int(name, low, high, step=1, log=False)`, `suggest_float(name, low, high, step=None,
 log=False)` and `suggest_categorical(name, choices)`; it may branch on earlier answers, and only
-the parameters it reaches are drawn. Complete examples: the seed programs `full`, `rolling_drop`
+the parameters it reaches are drawn. Integer bounds and steps must lie within +-2**53, float
+bounds and steps must be finite, a categorical has 1 to 1000 choices (None, bools, such numbers
+or strings), and one `space` may suggest at most 256 parameters; anything else fails the
+candidate with its reason. Complete examples: the seed programs `full`, `rolling_drop`
 (the expert policy: keep the last 12 tool responses), `thinking_drop` and `scored_drop`.
 
 ## The schedule you return (cumulative, stable)
@@ -84,8 +87,10 @@ Plain Python functions, loops, comprehensions, `lambda`, `try`/`except`, dicts, 
 tuples, strings and numbers. Allowed modules: `math`, `re`, `statistics`. Allowed builtins: the
 usual pure ones (`len`, `range`, `sorted`, `min`, `max`, `sum`, `enumerate`, `zip`, `abs`,
 `round`, `int`, `float`, `str`, `list`, `dict`, `set`, ...). Not allowed: other imports, `open`,
-`eval`, `exec`, `getattr`, classes, `global`, `with`, `yield`, attribute assignment, and any name
-or attribute starting with `_`. At most 20 KB of source. Each batch of requests runs under CPU,
+`eval`, `exec`, `getattr`, classes, `global`, `with`, `yield`, attribute assignment, any name
+or attribute starting with `_`, and using the name of a builtin outside the allowed ones for
+anything of your own (a variable, parameter, function or import alias named `open`, `type`, `id`,
+`input`, `compile`...: choose another name). At most 20 KB of source. Each batch of requests runs under CPU,
 memory and wall-clock limits; an exception, a timeout or an invalid schedule fails the candidate
 with a one-line reason.
 """

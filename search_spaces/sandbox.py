@@ -86,15 +86,18 @@ class SandboxLimits:
         wall_seconds: wall-clock time, enforced by the parent (kills the process group).
         memory_mb: address space (RLIMIT_AS).
         max_output_bytes: size of the JSON answer.
+        max_params: parameters one ``space(trial)`` may suggest; one more stops the child at
+            once (a ``space`` that never stops suggesting fails here, not at the time limit).
     """
 
     cpu_seconds: int = 20
     wall_seconds: float = 60.0
     memory_mb: int = 512
     max_output_bytes: int = 16_000_000
+    max_params: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("cpu_seconds", "wall_seconds", "memory_mb", "max_output_bytes"):
+        for name in ("cpu_seconds", "wall_seconds", "memory_mb", "max_output_bytes", "max_params"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)!r}")
 
@@ -125,7 +128,9 @@ def run_child(job: dict[str, Any], limits: SandboxLimits, answer: Callable[[dict
     child's behaviour (only ``TypeError`` for a job that is not JSON, a caller mistake).
 
     ``answer`` serves a ``space`` job's questions (``{"ask": spec}`` lines) with a value; if it
-    raises ``ValueError``/``TypeError``/``KeyError``, the child is stopped and the run is ``INVALID``.
+    raises ``ValueError``/``TypeError``/``KeyError``/``ArithmeticError`` (what Optuna raises for a
+    distribution it cannot hold), or the child asks more than ``limits.max_params`` questions or
+    something that is not a question, the child is stopped and the run is ``INVALID``.
     """
     payload = json.dumps({**job, "limits": limits.for_child()}).encode() + b"\n"
     start = time.monotonic()
@@ -136,7 +141,7 @@ def run_child(job: dict[str, Any], limits: SandboxLimits, answer: Callable[[dict
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-B", str(CHILD)], stdin=stdin if answer is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={}, cwd=tmp, start_new_session=True, close_fds=True)
-        dialog = _Dialog(proc, payload, answer) if answer is not None else None
+        dialog = _Dialog(proc, payload, answer, limits.max_params) if answer is not None else None
         out, err, ended = _collect(proc, start + limits.wall_seconds, limits.max_output_bytes + 4096, dialog)
         wall = time.monotonic() - start
     if dialog is not None and dialog.failure:
@@ -170,11 +175,12 @@ def _classify(rc: int, out: bytes, err: bytes, ended: str, limits: SandboxLimits
     status = {s.value: s for s in Status}.get(str(answer.get("status"))) if isinstance(answer, dict) else None
     if status is None or not isinstance(answer, dict):
         return ChildOutput(Status.CRASHED, "the sandbox process gave a malformed answer", None, wall)
+    why = answer.get("reason")
+    why = why if isinstance(why, str) else status.value  # only JSON crosses: never format a child's object
     if status is Status.MEMORY:
-        return ChildOutput(status, f"memory limit of {limits.memory_mb} MB exceeded: {answer.get('reason')}",
-                           None, wall)
+        return ChildOutput(status, one_line(f"memory limit of {limits.memory_mb} MB exceeded: {why}"), None, wall)
     if status is not Status.OK:
-        return ChildOutput(status, one_line(answer.get("reason", status.value)), None, wall)
+        return ChildOutput(status, one_line(why), None, wall)
     return ChildOutput(Status.OK, "ok", answer, wall)
 
 
@@ -190,28 +196,40 @@ def _send(proc: subprocess.Popen[bytes], data: bytes) -> None:
 
 
 class _Dialog:
-    """The parent's side of a ``space`` job: sends the job, answers ``{"ask": ...}`` lines."""
+    """The parent's side of a ``space`` job: sends the job, answers ``{"ask": ...}`` lines (at most
+    ``max_params`` of them). The child ends its final answer without a newline, so every complete
+    line is a question; one that is not readable as a question stops the child."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, answer: Callable[[dict[str, Any]], Any]) -> None:
-        self.proc, self.answer = proc, answer
+    def __init__(self, proc: subprocess.Popen[bytes], payload: bytes, answer: Callable[[dict[str, Any]], Any],
+                 max_params: int) -> None:
+        self.proc, self.answer, self.max_params = proc, answer, max_params
         self.failure = ""
+        self.asked = 0
         _send(self.proc, payload)
 
     def serve(self, out: bytearray) -> bool:
         """Answer every complete question line at the start of ``out`` (removing it); False to stop."""
         while b"\n" in out:
             line = bytes(out).partition(b"\n")[0]
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                return True  # not a question: the final answer, read at exit
-            if not isinstance(msg, dict) or "ask" not in msg:
-                return True
             del out[: len(line) + 1]
             try:
-                value = self.answer(msg["ask"])
-            except (ValueError, TypeError, KeyError) as err:
-                self.failure = f"space(trial): {msg['ask'].get('name')!r}: {err}"
+                msg = json.loads(line)
+            except (ValueError, RecursionError):
+                msg = None
+            ask = msg.get("ask") if isinstance(msg, dict) else None
+            if not isinstance(ask, dict):
+                self.failure = "space(trial): the sandbox sent a line that is not a question"
+                return False
+            name = ask["name"][:60] if isinstance(ask.get("name"), str) else "?"
+            self.asked += 1
+            if self.asked > self.max_params:
+                self.failure = (f"space(trial): more than {self.max_params} parameters suggested (at {name!r}); "
+                                "a space must stop suggesting")
+                return False
+            try:
+                value = self.answer(ask)
+            except (ValueError, TypeError, KeyError, ArithmeticError) as err:
+                self.failure = f"space(trial): {name!r}: {type(err).__name__}: {err}"
                 return False
             _send(self.proc, json.dumps({"value": value}).encode() + b"\n")
         return True

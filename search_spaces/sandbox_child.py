@@ -8,8 +8,12 @@ program is compiled it sets RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE=0 (no file write
 (no new files or sockets), RLIMIT_NPROC=0 and RLIMIT_CORE=0, removes ``socket`` from importable
 modules, and gives the program only the allowed builtins (no ``open``/``eval``/``exec``/
 ``getattr``/``__build_class__``) and an ``__import__`` that hands out proxies of the allowed modules.
-While program code runs, an audit hook (PEP 578) refuses file, process, network, import, compile
-and frame-access events, so even an escape the static check missed meets a ``PermissionError``.
+From the moment the program's module code runs until the process ends, an audit hook (PEP 578)
+refuses file, process, network, import, compile, gc and frame-access events, so even an escape
+the static check missed meets a ``PermissionError``. This covers program code run indirectly too
+(a ``__str__`` of a raised exception, an ``__iter__`` or ``__class__`` of a returned object, a
+rebound global of this module), since every failure reason and every answer is built and written
+with the hook on; the hook has no off switch. The host only ever reads JSON from here.
 
 It answers one JSON object on stdout: ``{"status": "ok", ...}`` or ``{"status": "error" |
 "memory" | "output_limit", "reason": ...}``. In ``space`` mode it first asks for each parameter
@@ -24,14 +28,13 @@ It is not imported by the search process.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
+import io
 import json
+import re
 import resource
 import sys
-import traceback
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,24 +76,25 @@ _BLOCKED_EVENTS = frozenset({
 })
 _BLOCKED_PREFIXES = ("os.", "subprocess.", "socket.", "shutil.", "ctypes.", "sys.", "_posixsubprocess",
                      "glob.", "tempfile.", "resource.", "signal.", "fcntl.", "mmap.", "syslog.", "time.",
-                     "sqlite3.", "ftplib.", "http.", "smtplib.", "telnetlib.", "imaplib.", "nntplib.", "poplib.")
+                     "sqlite3.", "ftplib.", "http.", "smtplib.", "telnetlib.", "imaplib.", "nntplib.", "poplib.",
+                     "gc.", "winreg.", "msvcrt.")
 
 
-class Guard:
-    """An audit hook that refuses dangerous events while ``armed`` (program code is running).
-    ``allowed_code`` is the program's own module code, whose one ``exec`` event is let through."""
+def _guard(allowed_code: Any, _events: frozenset[str] = _BLOCKED_EVENTS,
+           _prefixes: tuple[str, ...] = _BLOCKED_PREFIXES, _error: type[Exception] = PermissionError) -> Any:
+    """The audit hook that refuses dangerous events, installed just before the program's module code
+    runs and never lifted (audit hooks cannot be removed). It holds no switch a program could turn
+    off, and every global of this module can be rebound by a program that escapes the static check,
+    so what it needs is bound here, before any program ran (and changing defaults is audited).
+    ``allowed_code`` is the program's own module code, whose ``exec`` event is let through."""
 
-    def __init__(self) -> None:
-        self.armed = False
-        self.allowed_code: Any = None
-
-    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
-        if not self.armed:
+    def guard(event: str, args: tuple[Any, ...]) -> None:
+        if event == "exec" and args and args[0] is allowed_code:
             return
-        if event == "exec" and args and args[0] is self.allowed_code:
-            return
-        if event in _BLOCKED_EVENTS or event.startswith(_BLOCKED_PREFIXES):
-            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event in _events or event.startswith(_prefixes):
+            raise _error(f"sandbox: {event} is not allowed")
+
+    return guard
 
 
 class Trial:
@@ -129,12 +133,64 @@ class Trial:
         return self._ask({"name": name, "kind": "categorical", "choices": choices})
 
 
-def _program_line(err: BaseException) -> str:
-    lines = [f.lineno for f in traceback.extract_tb(err.__traceback__) if f.filename == "<program>"]
+class Stage:
+    """Where the child is (``phase`` and, inside ``decide``, ``where``), so that every failure,
+    out-of-memory included, names the place it happened."""
+
+    def __init__(self) -> None:
+        self.phase = "loading the program"
+        self.where = ""
+
+    def reason(self, detail: str) -> str:
+        return f"{self.phase}: {detail}" + (f" {self.where}" if self.where else "")
+
+
+def _text(obj: Any, limit: int = 2000) -> str:
+    """``str(obj)`` if it is a plain ``str`` (cut to ``limit``), else a placeholder. Called with the
+    guard on: it may run a program's ``__str__``."""
+    try:
+        value = str(obj)
+    except BaseException:  # noqa: BLE001 - a hostile __str__ may raise anything; its text is simply unknown
+        return "<unprintable>"
+    return value[:limit] if type(value) is str else "<unprintable>"
+
+
+def _type_name(obj: Any) -> str:
+    """The name of ``obj``'s type, read with the guard on (a metaclass may override ``__name__``)."""
+    try:
+        return _text(type(obj).__name__, 100)
+    except BaseException:  # noqa: BLE001 - as in _text
+        return "<unprintable>"
+
+
+def _program_line(tb: Any) -> str:
+    """`` (line N)`` of the innermost program frame of traceback ``tb``. Reading frames in Python is
+    an audited event (refused: a frame leads to every object of the process), so the traceback is
+    printed by the interpreter's C code into a buffer and the program's lines are read from that."""
+    buffer = io.StringIO()
+    saved, sys.stderr = sys.stderr, buffer
+    try:
+        sys.__excepthook__(Exception, Exception(), tb)
+    except BaseException:  # noqa: BLE001 - no line number is better than no answer
+        return ""
+    finally:
+        sys.stderr = saved
+    lines = re.findall(r'^  File "<program>", line (\d+)', buffer.getvalue(), re.M)
     return f" (line {lines[-1]})" if lines else ""
 
 
-def _run(job: dict[str, Any], api: Any, rules: Any, guard: Guard, survival: Any = None) -> dict[str, Any] | None:
+def _failure(err: BaseException, stage: Stage) -> dict[str, Any]:
+    """The record of ``err`` (raised by program code, or by our code on a program's object), built
+    with the guard on; call it inside the ``except`` clause (it reads ``sys.exc_info``)."""
+    if isinstance(err, MemoryError):
+        return {"status": "memory", "reason": stage.reason("out of memory")}
+    line = _program_line(sys.exc_info()[2])
+    name = _type_name(err)
+    return {"status": "error", "reason": stage.reason(f"{name}{line}: {_text(err)}")}
+
+
+def _run(job: dict[str, Any], api: Any, rules: Any, stage: Stage,
+         survival: Any = None) -> dict[str, Any] | None:
     proxies = {name: types.SimpleNamespace(**{n: getattr(__import__(name), n) for n in sorted(allowed)})
                for name, allowed in rules.ALLOWED_MODULES.items()}
 
@@ -147,114 +203,115 @@ def _run(job: dict[str, Any], api: Any, rules: Any, guard: Guard, survival: Any 
     namespace: dict[str, Any] = {"__builtins__": {**rules.builtin_objects(), "__import__": restricted_import},
                                  "__name__": "policy_program"}
     _confine(job["limits"])
-    stage = "loading the program"
     try:
-        guard.allowed_code = compile(job["source"], "<program>", "exec")
-        with _armed(guard):
-            exec(guard.allowed_code, namespace)
-        if job["mode"] == "space":
-            stage = "space(trial)"
-            with _armed(guard):
-                params = namespace["space"](Trial())
-            if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
-                return {"status": "error", "reason": "space(trial) must return a dict with string keys"}
-            return {"status": "ok", "params": json.loads(json.dumps(params))}
-        if job["mode"] == "survival":
-            return _survive_all(job, namespace["decide"], survival, guard)
-        if job["mode"] == "serve":
+        code = compile(job["source"], "<program>", "exec")
+    except MemoryError:
+        return {"status": "memory", "reason": stage.reason("out of memory")}
+    except (SyntaxError, ValueError, RecursionError) as err:
+        return {"status": "error", "reason": stage.reason(f"{type(err).__name__}: {err}")}
+    # From here to the end of the process the guard is on: program code may run not only in its
+    # functions but in any method of an object it returns or raises (``__str__``, ``__eq__``,
+    # ``__iter__``, a ``__class__`` property...), which this code touches to build the answer.
+    sys.addaudithook(_guard(code))
+    try:
+        exec(code, namespace)
+        mode = job["mode"]
+        if mode == "space":
+            stage.phase = "space(trial)"
+            return _plain_params(namespace["space"](Trial()))
+        stage.phase = "decide"
+        if mode == "survival":
+            return _survive_all(job, namespace["decide"], survival, stage)
+        if mode == "serve":
             sys.stdout.write(json.dumps({"status": "ok", "ready": True}) + "\n")
             sys.stdout.flush()
-            _serve(job, namespace["decide"], survival, guard)
+            _serve(job, namespace["decide"], survival, stage)
             return None
-        return _decide_all(job, namespace["decide"], api, guard)
-    except MemoryError:
-        return {"status": "memory", "reason": f"{stage}: out of memory"}
-    except RecursionError as err:
-        return {"status": "error", "reason": f"{stage}: RecursionError{_program_line(err)}: {err}"}
-    except Exception as err:  # noqa: BLE001 - any failure of the program is its record, sent to the host
-        return {"status": "error", "reason": f"{stage}: {type(err).__name__}{_program_line(err)}: {err}"}
+        return _decide_all(job, namespace["decide"], api, stage)
+    except BaseException as err:  # noqa: BLE001 - any failure of the program is its record, sent to the host
+        return _failure(err, stage)
 
 
-@contextlib.contextmanager
-def _armed(guard: Guard) -> Iterator[None]:
-    guard.armed = True
+def _plain_params(params: Any) -> dict[str, Any]:
+    """``space``'s answer as plain JSON data (guarded: a dict subclass's methods are program code)."""
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        return {"status": "error", "reason": "space(trial) must return a dict with string keys"}
+    return {"status": "ok", "params": json.loads(json.dumps(params))}
+
+
+def _wire_text(raw: Any, api: Any) -> tuple[str | None, str]:
+    """(JSON text of the decision, "") or (None, why it is not one). Guarded."""
+    wire = raw.wire() if isinstance(raw, api.Plan) else raw
+    if not isinstance(wire, dict):
+        return None, f"decide returned {_type_name(raw)}; return request.plan() or a dict"
     try:
-        yield
-    finally:
-        guard.armed = False
+        return json.dumps(wire), ""
+    except (TypeError, ValueError) as err:
+        return None, f"decide returned a value that is not JSON: {_text(err)}"
 
 
-def _decide_all(job: dict[str, Any], decide: Any, api: Any, guard: Guard) -> dict[str, Any]:
+def _decide_all(job: dict[str, Any], decide: Any, api: Any, stage: Stage) -> dict[str, Any]:
     out: list[list[Any]] = []
     size, cap = 0, int(job["limits"]["max_output_bytes"])
     for e, ep in enumerate(job["episodes"]):
         decisions: list[Any] = []
         previous = ep.get("previous")
         for n in ep["cuts"]:
+            stage.where = f"[episode {e}, request of {n} messages]"
             rel = ep["relevance"][:n] if ep["relevance"] is not None else None
             view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, previous, rel)
-            try:
-                with _armed(guard):
-                    raw = decide(view, dict(job["params"]))
-                    wire = raw.wire() if isinstance(raw, api.Plan) else raw
-            except MemoryError:
-                raise
-            except Exception as err:  # noqa: BLE001 - any failure of the program is its record
-                return {"status": "error", "reason": f"decide: {type(err).__name__}{_program_line(err)}: {err} "
-                                                     f"[episode {e}, request of {n} messages]"}
-            if not isinstance(wire, dict):
-                return {"status": "error", "reason": f"decide returned {type(raw).__name__}; return request.plan() "
-                                                     f"or a dict [episode {e}, request of {n} messages]"}
-            try:
-                text = json.dumps(wire)
-            except (TypeError, ValueError) as err:
-                return {"status": "error", "reason": f"decide returned a value that is not JSON: {err}"}
+            text, why = _wire_text(decide(view, dict(job["params"])), api)
+            if text is None:
+                return {"status": "error", "reason": f"{why} {stage.where}"}
             size += len(text)
             if size > cap:
                 return {"status": "output_limit", "reason": f"decisions exceed {cap} bytes of output"}
             decisions.append(json.loads(text))
             previous = decisions[-1]
         out.append(decisions)
+    stage.where = ""
     return {"status": "ok", "episodes": out}
 
 
-def _survive_one(request: Any, params: dict[str, Any], decide: Any, survival: Any, guard: Guard,
-                 where: str) -> dict[str, Any]:
-    """Run ``decide`` on one survival request; the answer maps session ids to decision dicts."""
+def _survive_one(request: Any, params: dict[str, Any], decide: Any, survival: Any,
+                 stage: Stage) -> dict[str, Any]:
+    """Run ``decide`` on one survival request (guarded); the answer maps session ids to decision dicts."""
     view = survival.SurvivalView(request)
     try:
-        with _armed(guard):
-            raw = decide(view, dict(params))
+        raw = decide(view, dict(params))
+        if isinstance(raw, list | tuple):
+            raw = {s.session: d for s, d in zip(view.sessions, raw)}
+        if not isinstance(raw, dict):
+            return {"status": "error", "reason": f"decide returned {_type_name(raw)}; "
+                                                 f"return a dict of session id to decision {stage.where}"}
+        try:
+            return {"status": "ok", "decisions": json.loads(json.dumps(raw))}
+        except (TypeError, ValueError) as err:
+            return {"status": "error", "reason": f"decide returned a value that is not JSON: "
+                                                 f"{_text(err)} {stage.where}"}
     except MemoryError:
         raise
-    except Exception as err:  # noqa: BLE001 - any failure of the program is its record
-        return {"status": "error", "reason": f"decide: {type(err).__name__}{_program_line(err)}: {err} [{where}]"}
-    if isinstance(raw, list | tuple):
-        raw = {s.session: d for s, d in zip(view.sessions, raw)}
-    if not isinstance(raw, dict):
-        return {"status": "error", "reason": f"decide returned {type(raw).__name__}; return a dict of session id "
-                                             f"to decision [{where}]"}
-    try:
-        return {"status": "ok", "decisions": json.loads(json.dumps(raw))}
-    except (TypeError, ValueError) as err:
-        return {"status": "error", "reason": f"decide returned a value that is not JSON: {err} [{where}]"}
+    except BaseException as err:  # noqa: BLE001 - any failure of the program is its record
+        return _failure(err, stage)
 
 
-def _survive_all(job: dict[str, Any], decide: Any, survival: Any, guard: Guard) -> dict[str, Any]:
+def _survive_all(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) -> dict[str, Any]:
     out: list[Any] = []
     size, cap = 0, int(job["limits"]["max_output_bytes"])
     for r, request in enumerate(job["requests"]):
-        answer = _survive_one(request, job["params"], decide, survival, guard, f"request {r}")
+        stage.where = f"[request {r}]"
+        answer = _survive_one(request, job["params"], decide, survival, stage)
         if answer["status"] != "ok":
             return answer
         size += len(json.dumps(answer["decisions"]))
         if size > cap:
             return {"status": "output_limit", "reason": f"decisions exceed {cap} bytes of output"}
         out.append(answer["decisions"])
+    stage.where = ""
     return {"status": "ok", "decisions": out}
 
 
-def _serve(job: dict[str, Any], decide: Any, survival: Any, guard: Guard) -> None:
+def _serve(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) -> None:
     cap = int(job["limits"]["max_output_bytes"])
     calls = 0
     while True:
@@ -265,10 +322,11 @@ def _serve(job: dict[str, Any], decide: Any, survival: Any, guard: Guard) -> Non
         if not isinstance(msg, dict) or msg.get("stop"):
             return
         calls += 1
+        stage.where = f"[call {calls}]"
         try:
-            answer = _survive_one(msg["request"], job["params"], decide, survival, guard, f"call {calls}")
+            answer = _survive_one(msg["request"], job["params"], decide, survival, stage)
         except MemoryError:
-            answer = {"status": "memory", "reason": f"decide: out of memory [call {calls}]"}
+            answer = {"status": "memory", "reason": stage.reason("out of memory")}
         text = json.dumps(answer)
         if len(text) > cap:
             text = json.dumps({"status": "output_limit", "reason": f"the answer exceeds {cap} bytes"})
@@ -280,15 +338,14 @@ def main() -> None:
     job = json.loads(sys.stdin.buffer.readline())
     rules, api = _load("rules"), _load("program_api")
     survival = _load("survival_api") if job.get("mode") in ("survival", "serve") else None
-    guard = Guard()
-    sys.addaudithook(guard)
+    stage = Stage()
     try:
-        result = _run(job, api, rules, guard, survival)
+        result = _run(job, api, rules, stage, survival)
         if result is None:
             return
-        text = json.dumps(result)
+        text = json.dumps(result)  # still guarded: a program may have rebound this module's globals
     except MemoryError:
-        text = json.dumps({"status": "memory", "reason": "out of memory"})
+        text = json.dumps({"status": "memory", "reason": stage.reason("out of memory")})
     if len(text) > int(job["limits"]["max_output_bytes"]):
         text = json.dumps({"status": "output_limit", "reason": "the answer exceeds the output limit"})
     sys.stdout.write(text)

@@ -72,8 +72,9 @@ context to its task, or `None`), `s.side_effect` and `s.previous` (a decision di
 
 The same as for cache programs: plain functions, `math`, `re`, `statistics`, the pure builtins;
 no other imports, no `open`/`eval`/`getattr`, no classes, no attribute assignment, no names
-starting with `_`, at most 20 KB. A failure (exception, timeout, a missing or malformed
-decision) fails the candidate with a one-line reason.
+starting with `_`, no builtin's name (`open`, `type`, `id`...) reused for a name of your own,
+at most 20 KB; `space` follows the same rules as in a cache program. A failure (exception,
+timeout, a missing or malformed decision) fails the candidate with a one-line reason.
 """
 
 from __future__ import annotations

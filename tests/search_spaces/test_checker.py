@@ -120,3 +120,87 @@ def test_reason_counts_further_problems():
 def test_non_string_source_is_a_caller_mistake():
     with pytest.raises(PolicyError):
         check_program(b"def decide(r, p): pass")  # type: ignore[arg-type]
+
+
+# A binding of a builtin's name anywhere made that name look defined everywhere (the name check is
+# scope-blind), so `open` passed the checker; the sandbox raised NameError, a try/except hid it and
+# the exported module (then run with every builtin) read /etc/passwd.
+SHADOWED_OPEN = '''
+def helper():
+    open = None
+    return open
+
+
+def decide(request, params):
+    try:
+        return {"drop_message": {}, "reposition": [], "x": list(open("/etc/passwd"))}
+    except Exception:
+        return request.plan()
+'''
+
+
+@pytest.mark.parametrize(("binding", "name"), [
+    ("    open = None", "open"),
+    ("    getattr += 1", "getattr"),
+    ("    eval: int = 1", "eval"),
+    ("    for exec in []:\n        pass", "exec"),
+    ("    try:\n        pass\n    except Exception as compile:\n        pass", "compile"),
+    ("    import math as vars", "vars"),
+    ("    from re import compile", "compile"),
+    ("    def type(x):\n        return x", "type"),
+    ("    f = lambda locals: locals", "locals"),
+    ("    def g(a, *, memoryview=1):\n        return a", "memoryview"),
+    ("    def g(*breakpoint, **globals):\n        return 1", "breakpoint"),
+    ("    return (setattr := 1)", "setattr"),
+    ("    return [delattr for delattr in []]", "delattr"),
+    ("    return {input: 1 for input in []}", "input"),
+    ("    del object", "object"),
+    ("    a, *hash = [1, 2]", "hash"),
+    ("    [id] = [1]", "id"),
+])
+def test_binding_a_builtins_name_is_refused(binding, name):
+    source = f"def helper():\n{binding}\n\n\n" + DECIDE.format(f"x = {name}(request)")
+    r = check_program(program(source))
+    assert not r.ok and f"binding the name {name!r} is not allowed" in r.reason, r.reason
+    assert "line 2" in r.reason or "line 3" in r.reason or "line 4" in r.reason
+
+
+def test_the_reported_shadowed_open_program_is_refused():
+    r = check_program(program(SHADOWED_OPEN))
+    assert not r.ok and "binding the name 'open'" in r.reason and "line 3" in r.reason, r.reason
+
+
+@pytest.mark.parametrize("binding", [
+    "    with request as open:\n        pass",
+    "    global open",
+    "    def g():\n        nonlocal open",
+    "    match request:\n        case [*open]:\n            pass",
+    "    match request:\n        case {'a': 1, **open}:\n            pass",
+    "    match request:\n        case open:\n            pass",
+    "    class open:\n        pass",
+])
+def test_bindings_in_refused_statements_are_refused_too(binding):
+    r = check_program(program(f"def helper():\n{binding}\n\n\n" + DECIDE.format("x = open('/etc/passwd')")))
+    assert not r.ok and "not allowed" in r.reason, r.reason
+
+
+def test_shadowing_an_allowed_builtin_is_still_fine():
+    r = check_program(program("def helper(len, max):\n    sorted = 1\n    return len + max + sorted\n\n\n"
+                              + DECIDE.format("x = len(request.messages)")))
+    assert r.ok, r.reason
+
+
+@pytest.mark.parametrize("name", ["breakpoint", "globals", "vars", "locals", "setattr", "delattr", "memoryview",
+                                  "type", "object", "super", "property", "help", "exit", "input", "print", "id",
+                                  "hasattr", "callable", "classmethod", "staticmethod", "bytearray", "format"])
+def test_unsafe_builtins_cannot_be_used(name):
+    r = check_program(program(DECIDE.format(f"x = {name}(request)")))
+    assert not r.ok and f"name {name!r} is not defined or not allowed" in r.reason, r.reason
+
+
+@pytest.mark.parametrize("attr", ["gi_frame", "gi_code", "f_globals", "f_back", "f_locals", "tb_frame", "tb_next",
+                                  "cr_frame", "ag_frame", "co_code", "func_globals", "format", "format_map", "mro",
+                                  "args", "with_traceback", "send", "throw"])
+def test_frame_and_introspection_attributes_are_refused(attr):
+    r = check_program(program(DECIDE.format(f"x = request.{attr}")))
+    assert not r.ok and f"attribute {attr!r} is not allowed" in r.reason, r.reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import json
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from search_spaces import Policy, PolicyError, ProgramPolicy, estimate_tokens, export_policy, get_policy, request_points
+from search_spaces.checker import CheckResult
 from tests.search_spaces.trajectories import recorded
 
 POLICIES = [
@@ -86,3 +88,112 @@ def test_unexportable_policies_are_refused(tmp_path, name, params, match):
     with pytest.raises(PolicyError, match=match):
         export_policy(get_policy(name, **params), tmp_path / "x.py")
     assert not (tmp_path / "x.py").exists()
+
+
+# ---------------------------------------------------------------- hostile programs in exported modules
+# The exported module used to run its program with every builtin: a program that passed the checker
+# through a gap (here `open = None` in one function made `open` look defined in another) read
+# /etc/passwd and created files when the module was imported and used in a plain interpreter.
+SHADOWED_OPEN = '''CANARY = {canary!r}
+
+
+def helper():
+    open = None
+    return open
+
+
+def decide(request, params):
+    found = []
+    try:
+        found = list(open("/etc/passwd"))
+    except Exception:
+        found = []
+    try:
+        open(CANARY, "w")
+    except Exception:
+        found = found + []
+    return {{"drop_message": {{}}, "reposition": [], "found": found}}
+
+
+def space(trial):
+    return {{}}
+'''
+
+DUNDER_WALK = '''CANARY = {canary!r}
+
+
+def decide(request, params):
+    g = [c for c in ().__class__.__bases__[0].__subclasses__() if c.__name__ == "_wrap_close"][0].__init__.__globals__
+    g["mkdir"](CANARY)
+    return request.plan()
+
+
+def space(trial):
+    return {{}}
+'''
+
+FORMAT_WALK = '''CANARY = {canary!r}
+
+
+def decide(request, params):
+    text = "{{0.__func__.__globals__}}".format(request.plan)
+    return {{"drop_message": {{}}, "reposition": [], "found": [text]}}
+
+
+def space(trial):
+    return {{}}
+'''
+
+
+def test_export_refuses_a_program_that_binds_a_builtins_name(tmp_path):
+    source = SHADOWED_OPEN.format(canary=str(tmp_path / "canary"))
+    with pytest.raises(PolicyError, match="binding the name 'open'"):
+        export_policy(Policy.from_program(source, {}), tmp_path / "x.py")
+    assert not (tmp_path / "x.py").exists()
+
+
+def _export_unchecked(monkeypatch, source: str, path: Path) -> Path:
+    """Export ``source`` as if the static check had a gap (the module's own walls must hold)."""
+    import search_spaces.export as export_module
+    import search_spaces.program as program_module
+
+    def lenient(text: str) -> CheckResult:
+        return CheckResult(True, "ok", hashlib.sha256(text.encode()).hexdigest())
+
+    monkeypatch.setattr(program_module, "check_program", lenient)
+    monkeypatch.setattr(export_module, "check_program", lenient)
+    return export_policy(Policy.from_program(source, {}), path)
+
+
+@pytest.mark.parametrize(("program", "imports"), [(SHADOWED_OPEN, True), (DUNDER_WALK, False), (FORMAT_WALK, False)])
+def test_an_exported_hostile_program_touches_nothing_in_a_clean_interpreter(tmp_path, monkeypatch, program, imports):
+    canary = tmp_path / "canary"
+    path = _export_unchecked(monkeypatch, program.format(canary=str(canary)), tmp_path / "hostile.py")
+    body = {"model": "m", "messages": recorded()[1][:4]}
+    run = subprocess.run([sys.executable, "-I", "-S", str(path)], input=json.dumps(body), capture_output=True,
+                         text=True, cwd=tmp_path, env={}, timeout=60)
+    assert not canary.exists(), "the exported program created a file"
+    assert "root:" not in run.stdout + run.stderr, "the exported program read /etc/passwd"
+    if imports:  # passes the module's own check: runs, but without `open`
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["found"] == []
+    else:  # refused when the module is imported, before any program code runs
+        assert run.returncode != 0 and "refuses its program" in run.stderr, run.stderr
+
+
+def test_an_edited_exported_program_is_refused_on_import(tmp_path):
+    path = export_policy(get_policy("rolling_drop"), tmp_path / "policy.py")
+    text = path.read_text().replace("def decide(request, params):", "def decide(request, params):\n    x = 1", 1)
+    path.write_text(text)
+    run = subprocess.run([sys.executable, "-I", "-S", str(path)], input="{}", capture_output=True, text=True,
+                         cwd=tmp_path, env={}, timeout=60)
+    assert run.returncode != 0 and "does not match PROGRAM_SHA256" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("tail", ["", "\n", "  # ends with a quote: ''", "  # ends with 'x'", "\r\n"])
+def test_the_embedded_source_reads_back_exactly(tmp_path, tail):
+    source = "def decide(request, params):\n    return request.plan()\n\n\ndef space(trial):\n    return {}" + tail
+    policy = Policy.from_program(source, {})
+    module = _load(export_policy(policy, tmp_path / f"p{len(tail)}.py"))
+    assert source == module.PROGRAM_SOURCE
+    assert module.decide(recorded()[0][:3]) == {"drop_message": {}, "reposition": []}

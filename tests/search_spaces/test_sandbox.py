@@ -13,12 +13,15 @@ import time
 import pytest
 
 from search_spaces import Episode, Policy, ProgramFailure, SandboxLimits, Status, run_program
-from search_spaces.sandbox import _collect, run_child
+from search_spaces.sandbox import SandboxSession, _collect, run_child
+from tests.search_spaces.test_survival import request as survival_request
+from tests.search_spaces.test_survival import session as survival_session
 from tests.search_spaces.trajectories import build
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=10, memory_mb=256, max_output_bytes=200_000)
 MSGS = build(["call"] * 4, [True])  # A2 T3 A4 T5 A6 T7 A8 T9
 EPISODE = Episode.of(MSGS, [20] * len(MSGS))  # requests of 2, 4, 6, 8 and 10 messages
+SURVIVAL_REQUEST = survival_request(survival_session("s1")).wire()
 
 ROLL = '''
 def decide(request, params):
@@ -128,11 +131,14 @@ def test_previous_is_passed_and_cannot_be_corrupted():
     assert r.decisions[0][-1].wire["drop_message"] == {"1": [1], "3": [3], "5": [5], "7": [7], "9": [9]}
 
 
+def _unchecked_job(source: str) -> dict:
+    return {"mode": "decide", "source": source, "params": {},
+            "episodes": [{"messages": MSGS[:2], "tokens": [1, 1], "cuts": [2], "relevance": None, "previous": None}]}
+
+
 def _unchecked(source: str) -> tuple[Status, str]:
     """Run ``source`` in the child without the static check (defense in depth)."""
-    job = {"mode": "decide", "source": source, "params": {},
-           "episodes": [{"messages": MSGS[:2], "tokens": [1, 1], "cuts": [2], "relevance": None, "previous": None}]}
-    out = run_child(job, LIMITS)
+    out = run_child(_unchecked_job(source), LIMITS)
     return out.status, out.reason
 
 
@@ -165,3 +171,151 @@ def test_program_policy_raises_program_failure_with_the_record():
     assert err.value.result.timed_out
     with pytest.raises(ProgramFailure, match="refused"):
         Policy.from_program(prog("    import os"), {})
+
+
+# ---------------------------------------------------------------- program code run after decide returns
+# A program's objects run program code in their methods: the child used to evaluate them (format an
+# exception, check and serialise a returned value) with the guard off, so the code below read
+# /etc/passwd into the reason and created the canary directory. Classes are built with `type` found
+# by a `__class__` walk, since the checker (skipped here) would refuse any of this.
+HOSTILE = '''
+def evil(*args):
+    g = [c for c in ().__class__.__bases__[0].__subclasses__() if c.__name__ == '_wrap_close'][0].__init__.__globals__
+    g['mkdir']({canary!r})
+    g['close'](0)
+    fd = g['open']('/etc/passwd', g['O_RDONLY'])
+    return g['read'](fd, 200).decode()
+
+
+def make():
+    T = ().__class__.__class__
+    prop = [c for c in ().__class__.__bases__[0].__subclasses__() if c.__name__ == 'property'][0]
+    kind = {kind!r}
+    if kind == 'exc_str':
+        raise T('E', (Exception,), {{'__str__': evil}})()
+    if kind == 'exc_name':
+        meta = T('M', (T,), {{'__name__': prop(evil)}})
+        raise meta('E', (Exception,), {{}})()
+    if kind == 'class_prop':
+        return T('O', (), {{'__class__': prop(evil)}})()
+    if kind == 'repr':
+        return T('O', (), {{'__repr__': evil, '__str__': evil}})()
+    if kind == 'dict_items':
+        d = T('D', (dict,), {{'items': evil, 'keys': evil, '__iter__': evil, '__len__': evil}})()
+        d['drop_message'] = {{}}
+        return d
+    if kind == 'list_iter':
+        return T('L', (list,), {{'__iter__': evil, '__len__': evil}})([1])
+    if kind == 'key_hash':
+        return {{T('K', (str,), {{'__hash__': evil, '__eq__': evil, '__str__': evil}})('k'): 1}}
+    if kind == 'value_float':
+        return {{'x': T('F', (float,), {{'__float__': evil, '__repr__': evil}})(1.0)}}
+    raise ValueError(kind)
+
+
+def decide(r, p):
+    return make()
+
+
+def space(trial):
+    return make()
+'''
+KINDS = ["exc_str", "exc_name", "class_prop", "repr", "dict_items", "list_iter", "key_hash", "value_float"]
+
+
+def _touched(canary, reason: str) -> list[str]:
+    return [what for what, bad in (("canary created", canary.exists()), ("/etc/passwd read", "root:" in reason))
+            if bad]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", ["decide", "space", "survival"])
+def test_program_objects_evaluated_by_the_child_stay_inside_the_guard(tmp_path, mode, kind):
+    canary = tmp_path / "canary"
+    job = {"mode": mode, "source": HOSTILE.format(canary=str(canary), kind=kind), "params": {}}
+    if mode == "decide":
+        job["episodes"] = _unchecked_job("")["episodes"]
+    elif mode == "survival":
+        job["requests"] = [SURVIVAL_REQUEST]
+    out = run_child(job, LIMITS, answer=(lambda spec: 1) if mode == "space" else None)
+    assert not _touched(canary, out.reason), (out.status, out.reason)
+    assert out.status is not Status.OK or kind in ("value_float", "key_hash"), out.reason
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_serve_mode_answers_stay_inside_the_guard(tmp_path, kind):
+    canary = tmp_path / "canary"
+    job = {"source": HOSTILE.format(canary=str(canary), kind=kind), "params": {}}
+    with SandboxSession(job, LIMITS) as s:
+        out = s.ask({"request": SURVIVAL_REQUEST})
+    assert not _touched(canary, out.reason), (out.status, out.reason)
+
+
+def test_plain_exceptions_still_name_type_line_and_text():
+    r = run("    raise ValueError('bad ' + str(request.n))")
+    assert r.status is Status.ERROR
+    assert r.reason == "decide: ValueError (line 2): bad 2 [episode 0, request of 2 messages]"
+
+
+def test_a_raised_exit_is_a_recorded_error_not_a_crash():
+    status, why = _unchecked("def decide(r, p):\n    base = [c for c in ().__class__.__bases__[0].__subclasses__() "
+                             "if c.__name__ == 'BaseException'][0]\n"
+                             "    raise [c for c in base.__subclasses__() if c.__name__ == 'SystemExit'][0](3)\n")
+    assert status is Status.ERROR and "decide: SystemExit (line 3): 3" in why, why
+
+
+@pytest.mark.parametrize(("source", "reason"), [
+    ("X = [0] * (10 ** 9)\n" + prog("    return request.plan()"), "loading the program: out of memory"),
+    (prog("    x = [0] * (10 ** 9)\n    return x"), "decide: out of memory [episode 0, request of 2 messages]"),
+    (prog("    x = [0] * (10 ** 9) if request.n > 4 else 1\n    return request.plan()"),
+     "decide: out of memory [episode 0, request of 6 messages]"),
+])
+def test_memory_failures_name_the_phase_and_request(source, reason):
+    r = run_program(source, {}, [EPISODE], LIMITS)
+    assert r.status is Status.MEMORY and "memory limit of 256 MB exceeded" in r.reason and reason in r.reason, r.reason
+
+
+# A program past the checker can reach this child's module globals (through any of its functions'
+# __globals__) and rebind them: the child must not run code of its own unguarded after the program
+# ran, nor let the guard's lists be emptied.
+HIJACK = '''
+def decide(r, p):
+    subs = ().__class__.__bases__[0].__subclasses__()
+    os_g = [c for c in subs if c.__name__ == '_wrap_close'][0].__init__.__globals__
+    mine = [c for c in subs if c.__name__ == 'Trial'][0].suggest_int.__globals__
+    ns = [c for c in subs if c.__name__ == 'SimpleNamespace'][0]
+    prop = [c for c in subs if c.__name__ == 'property'][0]
+
+    def evil(*args, **kwargs):
+        os_g['mkdir']({canary!r})
+        return real(*args, **kwargs)
+
+    how = {how!r}
+    real = mine['json'].dumps
+    if how == 'json':
+        mine['json'] = ns(dumps=evil, loads=mine['json'].loads)
+    elif how == 'lists':
+        mine['_BLOCKED_EVENTS'] = frozenset()
+        mine['_BLOCKED_PREFIXES'] = ('nothing',)
+        os_g['mkdir']({canary!r})
+    elif how == 'exc_info':
+        T = ().__class__.__class__
+        fake = T('TB', (), {{'tb_frame': prop(evil), 'tb_next': None, 'tb_lineno': 1}})()
+        mine['sys'] = ns(exc_info=lambda: (None, None, fake), stdout=mine['sys'].stdout, modules={{}})
+        mine['type'] = lambda x: T(x)
+        raise ValueError('x')
+    elif how == 'class':  # a hook that is a method could be replaced on its class
+        for c in subs:
+            if c.__name__ == 'Guard':
+                c.__call__ = lambda self, event, args: None
+        os_g['mkdir']({canary!r})
+    return {{"drop_message": {{}}, "reposition": []}}
+'''
+
+
+@pytest.mark.parametrize("how", ["json", "lists", "exc_info", "class"])
+def test_rebinding_the_childs_globals_does_not_lift_the_guard(tmp_path, how):
+    canary = tmp_path / "canary"
+    out = run_child(_unchecked_job(HIJACK.format(canary=str(canary), how=how)), LIMITS)
+    assert not canary.exists(), (out.status, out.reason)
+    assert out.status is not Status.OK
