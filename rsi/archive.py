@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from rsi.metrics import Metrics
 from rsi.pareto import front, hypervolume
+from rsi.rundir import RunDirError, read_json, write_json
 
 
 class Status(enum.StrEnum):
@@ -147,16 +147,29 @@ class Archive:
         return out
 
     def save(self, path: str | Path) -> None:
-        p = Path(path)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"candidates": [c.to_dict() for c in self.candidates],
-                                   "hypervolume": self.hv_history}, indent=1))
-        os.replace(tmp, p)
+        """Replace ``path`` atomically (a kill leaves the previous archive or this one)."""
+        write_json(path, {"candidates": [c.to_dict() for c in self.candidates], "hypervolume": self.hv_history})
 
     @classmethod
     def load(cls, path: str | Path) -> Archive:
-        d = json.loads(Path(path).read_text())
-        return cls([Candidate.from_dict(c) for c in d["candidates"]], d.get("hypervolume", []))
+        """Read an archive written by :meth:`save`.
+
+        Raises:
+            RunDirError: the file is missing, not JSON, or a candidate lacks a field (named with its index).
+        """
+        d = read_json(path, dict)
+        rows = d.get("candidates")
+        if not isinstance(rows, list):
+            raise RunDirError(f"{path}: expected a 'candidates' list", field=str(path), value=None)
+        candidates = []
+        for i, row in enumerate(rows):
+            try:
+                candidates.append(Candidate.from_dict(row))
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                raise RunDirError(f"{path}: candidate {i} is malformed ({type(err).__name__}: {err})",
+                                  field=str(path), value=i) from err
+        hv = d.get("hypervolume", [])
+        return cls(candidates, hv if isinstance(hv, list) else [])
 
     def with_heldout(self, cid: str, metrics: Metrics) -> None:
         self.update(replace(self.get(cid), heldout=metrics))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
 from collections import defaultdict
@@ -28,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from engine.errors import AKVError
+from engine.errors import AKVError, show
 from evals.probes import ProbeFormat
 from evals.replay import EvalConfig, PolicySpec, TaskResult
 from evals.tasks import load_suite
@@ -37,8 +36,10 @@ from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.config import SearchConfig, config_from_dict
 from rsi.executors.base import EvalRequest, Executor
 from rsi.metrics import aggregate
+from rsi.progress import SearchProgress, plan_evaluations
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
+from rsi.rundir import RunDirError, check_sqlite, read_json, write_json, write_text
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
 from rsi.tuning import make_storage, tune
@@ -83,17 +84,28 @@ class SearchResult:
 
 
 class Search:
-    """One search run in ``run_dir`` (created, or resumed when it holds a started run)."""
+    """One search run in ``run_dir`` (created, or resumed when it holds a started run).
+
+    Before it writes anything, a resume checks the files it will read (``state.json``,
+    ``config.json``, ``proposals/g*.json``, ``mlflow_runs.json``, the SQLite databases): a bad one
+    raises :class:`rsi.rundir.RunDirError` naming the file and line, and the directory is left as
+    it was. ``progress``: draw a progress bar (``None``: only on a terminal).
+    """
 
     def __init__(self, config: SearchConfig, run_dir: str | Path, *, engine: Any = None,
-                 proposer: Proposer | None = None, tracker: Tracker | None = None):
+                 proposer: Proposer | None = None, tracker: Tracker | None = None, progress: bool | None = None):
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.state = self._load_state()
+        self._check_run_files()
         (self.run_dir / "programs").mkdir(exist_ok=True)
         (self.run_dir / "proposals").mkdir(exist_ok=True)
-        self.state = self._load_state()
+        self._file_log()
         self.store = EvalStore(self.run_dir / "evaluations.jsonl")
+        self.state["store_check"] = self.store.check.to_dict() | {"attempt": self.state["attempt"]}
+        write_json(self.run_dir / "config.json", self.config.to_dict())
+        self._write_state(self.state)
         self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
                                       probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate)
         self.model_id = config.model_id
@@ -104,28 +116,54 @@ class Search:
                                                                           config.tracking_uri)
         self.archive = Archive()
         self.seen: set[str] = set()
-        self._file_log()
+        self._progress_enabled = progress
+        self._outputs_generation = self._written_generation()
+        self.progress = SearchProgress(0, enabled=False)  # replaced by run() once the tasks are known
+        self.store.listeners.append(lambda key: self.progress.advance(key))
 
     # ------------------------------------------------------------------ state
 
     def _load_state(self) -> dict[str, Any]:
+        """The state of the next attempt (read and checked; written by ``__init__`` once all checks pass)."""
         path = self.run_dir / "state.json"
-        state = json.loads(path.read_text()) if path.exists() else {"attempt": 0}
+        state = read_json(path, dict) if path.exists() else {"attempt": 0}
+        attempt = state.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+            raise RunDirError(f"{path}: 'attempt' must be a non-negative integer, got {show(attempt)}",
+                              field="attempt", value=attempt)
         state["attempt"] += 1
         cfg = self.run_dir / "config.json"
         # The stored config is read through today's schema, so fields added since it was written
         # (with their defaults) do not make a resumed run look like another one.
-        if cfg.exists() and _normalized(json.loads(cfg.read_text())) != json.loads(json.dumps(self.config.to_dict())):
-            raise ValueError(f"{self.run_dir} holds a run with another config; use a new run directory")
-        cfg.write_text(json.dumps(self.config.to_dict(), indent=1))
-        self._write_state(state)
+        if cfg.exists() and _normalized(read_json(cfg, dict)) != json.loads(json.dumps(self.config.to_dict())):
+            raise RunDirError(f"{self.run_dir} holds a run with another config; use a new run directory",
+                              field="run_dir", value=str(self.run_dir))
         return state
 
+    def _written_generation(self) -> int:
+        """The last generation whose outputs (archive.json, pareto.json) are on disk (-1: none)."""
+        if isinstance(self.state.get("outputs_generation"), int):
+            return int(self.state["outputs_generation"])
+        try:  # a run directory of an older version: the archive says how far it got
+            return max((int(h["generation"]) for h in Archive.load(self.run_dir / "archive.json").hv_history),
+                       default=-1)
+        except (RunDirError, KeyError, TypeError, ValueError):
+            return -1
+
+    def _check_run_files(self) -> None:
+        """Read every other file a resume reads, so a bad one fails now, before anything is written."""
+        for path in sorted((self.run_dir / "proposals").glob("g*.json")):
+            _read_proposals(path)
+        runs = self.run_dir / "mlflow_runs.json"
+        if runs.exists():
+            read_json(runs, dict)
+        if self.config.optuna.storage == "sqlite":
+            check_sqlite(self.run_dir / "optuna.db")
+        if not self.config.tracking_uri:
+            check_sqlite(self.run_dir / "mlflow.db")
+
     def _write_state(self, state: dict[str, Any]) -> None:
-        path = self.run_dir / "state.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        os.replace(tmp, path)
+        write_json(self.run_dir / "state.json", state)
 
     def _file_log(self) -> None:
         handler = logging.FileHandler(self.run_dir / "search.log")
@@ -141,11 +179,13 @@ class Search:
             if self._engine is not None:
                 from rsi.executors.local import LocalExecutor
 
-                self._executor = LocalExecutor(self._engine, self.eval_config, self.store)
+                self._executor = LocalExecutor(self._engine, self.eval_config, self.store,
+                                               progress=not self.progress.drawn)
             else:
                 from rsi.executors import make_executor
 
-                self._executor = make_executor(self.config, self.eval_config, self.store, self.run_dir)
+                self._executor = make_executor(self.config, self.eval_config, self.store, self.run_dir,
+                                               progress=not self.progress.drawn)
         return self._executor
 
     def proposer(self, smoke: Sequence[Episode]) -> Proposer:
@@ -161,7 +201,11 @@ class Search:
         return [EvalRequest(spec, t, eval_key(spec.key, t.id, self.model_id, self.eval_config.digest)) for t in tasks]
 
     def evaluate(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
-        return self.executor.run(self._requests(spec, tasks))
+        requests = self._requests(spec, tasks)
+        for r in requests:  # results from the store count as done (new ones count when stored)
+            if r.key in self.store:
+                self.progress.advance(r.key)
+        return self.executor.run(requests)
 
     def _reference(self, tasks: Sequence[Task]) -> list[tuple[float, float]]:
         """The current front's (cost, pass) on exactly ``tasks`` (all from the store)."""
@@ -194,6 +238,11 @@ class Search:
         self.heldout = select_tasks(self._suite("heldout"), cfg.data.heldout_tasks)
         print(f"search {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out tasks, "
               f"{cfg.generations} generations, run dir {self.run_dir}", flush=True)
+        check = self.store.check
+        if check.loaded or not check.clean:
+            print(f"  {check.summary()}", flush=True)
+        self.plan = plan_evaluations(cfg, len(self.train), len(self.heldout))
+        self.progress = SearchProgress(self.plan.total, enabled=self._progress_enabled)
         status = "FAILED"
         try:
             self._experts()
@@ -203,16 +252,31 @@ class Search:
             for g in range(1, cfg.generations + 1):
                 self._generation(g, proposer)
             status = "FINISHED"
+        except BaseException as err:
+            self.state["error"] = f"{type(err).__name__}: {err}"
+            raise
         finally:
-            self._write_outputs()
-            figures = self._report()
-            self.tracker.finish(self.pareto_rows(), figures, status)
+            self.progress.close()
+            figures: list[Path] = []
+            if status == "FINISHED":
+                self.state.pop("error", None)
+                self._write_outputs()
+                figures = self._report()
+            else:  # outputs stay as the last finished generation wrote them; a resume replays the rest
+                log.error("search %s attempt %d failed (%s); archive.json, pareto.json and the report are left "
+                          "as the last finished generation wrote them", cfg.name, self.state["attempt"],
+                          self.state.get("error", "interrupted"))
+            # A failed attempt adds no rows to the tracked front (they would be a replayed, partial front).
+            self.tracker.finish(self.pareto_rows() if status == "FINISHED" else [], figures, status)
             self.state["status"] = status.lower()
             self.state["seconds"] = self.state.get("seconds", 0) + time.perf_counter() - t0
             self._write_state(self.state)
             if self._executor is not None:
                 self._executor.close()
         return SearchResult(self.run_dir, self.archive, time.perf_counter() - t0)
+
+    def _say(self, text: str) -> None:
+        self.progress.write(text)
 
     def _suite(self, split: str) -> list[Task]:
         tasks = load_suite(self.config.data.suite, split)
@@ -229,8 +293,9 @@ class Search:
     def _experts(self) -> None:
         for text in self.config.experts:
             spec = parse_expert(text)
-            train = self.evaluate(spec, self.train)
-            held = self.evaluate(spec, self.heldout)
+            with self.progress.unit(len(self.train) + len(self.heldout)):
+                train = self.evaluate(spec, self.train)
+                held = self.evaluate(spec, self.heldout)
             m_train, m_held = aggregate(train), aggregate(held)
             status = Status.OK if m_train.ok else Status.FAILED
             c = Candidate(candidate_id(spec.name, dict(spec.params)), spec.name, spec.display, dict(spec.params), 0,
@@ -238,22 +303,28 @@ class Search:
                           reason="" if m_train.ok else "expert evaluation failed", expert=True, spec=spec.name)
             self.archive.add(c)
             self.tracker.candidate(c, None, train + held)
-            print(f"  expert {spec.display:44s} train pass {m_train.pass_rate:.3f} cost {m_train.cost_cents_mean:.4f}c"
-                  f" | held-out pass {m_held.pass_rate:.3f} cost {m_held.cost_cents_mean:.4f}c", flush=True)
+            self._say(f"  expert {spec.display:44s} train pass {m_train.pass_rate:.3f} cost "
+                      f"{m_train.cost_cents_mean:.4f}c | held-out pass {m_held.pass_rate:.3f} cost "
+                      f"{m_held.cost_cents_mean:.4f}c")
 
     def _generation_zero(self) -> None:
         for name in self.config.seeds:
             self._tune(seed_source(name), f"seed:{name}", 0, (), "seed")
         if self.config.seed_from:
-            for c in self._imported_front(Path(self.config.seed_from)):
+            imported = self._imported_front(Path(self.config.seed_from))
+            self.progress.replan(len(imported) * self.plan.per_program)
+            for c in imported:
                 self._tune(c[1], f"import:{c[0]}", 0, (), "import")
         self._close_generation(0)
 
     def _imported_front(self, other: Path) -> list[tuple[str, str]]:
         """(label, source) of an earlier search's evolved front (recursive seeding)."""
-        pareto = json.loads((other / "pareto.json").read_text())
+        pareto = read_json(other / "pareto.json", list)
         out = []
         for row in pareto:
+            if not isinstance(row, dict) or not isinstance(row.get("program"), str):
+                raise RunDirError(f"{other / 'pareto.json'}: expected rows with a 'program', got {show(row)}",
+                                  field="seed_from", value=str(other))
             if not row.get("expert") and (other / "programs" / f"{row['program']}.py").exists():
                 out.append((row["label"], (other / "programs" / f"{row['program']}.py").read_text()))
         return out
@@ -262,8 +333,9 @@ class Search:
         rng = random.Random(f"{self.config.seed}-{g}")
         parents = self._parents()
         proposals = self._proposals(g, parents, proposer, rng)
-        print(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents "
-              f"(proposer validity {proposer.stats.validity_rate:.2f})", flush=True)
+        self.progress.replan((len(proposals) - self.config.proposer.per_generation) * self.plan.per_program)
+        self._say(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents "
+                  f"(proposer validity {proposer.stats.validity_rate:.2f})")
         for i, p in enumerate(proposals):
             self._tune(p.source, f"g{g}-p{i}", g, p.parents, p.proposer, p.note)
         self._close_generation(g)
@@ -277,27 +349,29 @@ class Search:
     def _proposals(self, g: int, parents: list[ParentView], proposer: Proposer, rng: random.Random) -> list[Proposal]:
         path = self.run_dir / "proposals" / f"g{g}.json"
         if path.exists():  # resume: the proposals of this generation were made before
-            return [Proposal(p["source"], tuple(p["parents"]), p["proposer"], p.get("note", ""))
-                    for p in json.loads(path.read_text())]
+            return _read_proposals(path)
         self.seen |= {c.program for c in self.archive.candidates}
         proposals = proposer.propose(parents, self.archive, self.config.proposer.per_generation, rng, self.seen)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([p.__dict__ | {"parents": list(p.parents)} for p in proposals], indent=1))
-        os.replace(tmp, path)
-        (self.run_dir / "proposer_stats.json").write_text(json.dumps(proposer.stats.to_dict(), indent=1))
+        write_json(path, [p.__dict__ | {"parents": list(p.parents)} for p in proposals])
+        write_json(self.run_dir / "proposer_stats.json", proposer.stats.to_dict())
         return proposals
 
     def _tune(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str, note: str = "") -> None:
+        with self.progress.unit(self.plan.per_program):
+            self._tune_program(source, label, g, parents, proposer, note)
+
+    def _tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
+                      note: str) -> None:
         sha = source_hash(source)
         self.seen.add(sha)
-        (self.run_dir / "programs" / f"{sha}.py").write_text(source)
+        write_text(self.run_dir / "programs" / f"{sha}.py", source)
         check = check_program(source)
         if not check.ok:
             c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.REFUSED,
                           reason=check.reason)
             self.archive.add(c)
             self.tracker.candidate(c, source, [])
-            print(f"  {label:14s} refused: {check.reason}", flush=True)
+            self._say(f"  {label:14s} refused: {check.reason}")
             return
         cfg = self.config
 
@@ -316,7 +390,7 @@ class Search:
                 c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=status, reason=reason)
                 self.archive.add(c)
                 self.tracker.candidate(c, source, [])
-            print(f"  {label:14s} no scored trial: {reason}", flush=True)
+            self._say(f"  {label:14s} no scored trial: {reason}")
             return
         shown: set[tuple[float, float]] = set()
         for o in result.best:
@@ -326,26 +400,30 @@ class Search:
             self.tracker.candidate(c, source, evaluate(o.params, self.train))
             if c.point not in shown:
                 shown.add(c.point)
-                print(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
-                      f"({proposer}{': ' + note if note else ''})", flush=True)
+                self._say(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
+                          f"({proposer}{': ' + note if note else ''})")
 
     def _close_generation(self, g: int) -> None:
         front = self.archive.front()
-        for c in sorted(front, key=lambda c: -c.point[1])[: self.config.heldout_front]:
-            if c.heldout is None:
-                m = aggregate(self.evaluate(self._spec(c), self.heldout))
-                self.archive.with_heldout(c.id, m)
-                self.tracker.heldout(self.archive.get(c.id))
+        with self.progress.unit(self.plan.per_heldout_close):
+            for c in sorted(front, key=lambda c: -c.point[1])[: self.config.heldout_front]:
+                if c.heldout is None:
+                    m = aggregate(self.evaluate(self._spec(c), self.heldout))
+                    self.archive.with_heldout(c.id, m)
+                    self.tracker.heldout(self.archive.get(c.id))
         ref = self._ref_cost()
         hv = self.archive.hypervolume(ref)
         self.archive.hv_history.append({"generation": g, "hypervolume": hv, "front_size": len(front),
                                         "candidates": len(self.archive.candidates), "ref_cost": ref})
         self.tracker.generation(g, {"hypervolume": hv, "front_size": float(len(front)),
                                     "failures": float(len(self.archive.failures()))})
-        self._write_outputs()
+        if g > self._outputs_generation:  # a resume replaying older generations keeps the newer outputs
+            self._write_outputs()
+            self._outputs_generation = self.state["outputs_generation"] = g
+            self._write_state(self.state)
         best = max(front, key=lambda c: c.point[1], default=None)
-        print(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
-              + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""), flush=True)
+        self._say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
+                  + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""))
 
     def _ref_cost(self) -> float:
         """Reference cost of the hypervolume: 1.1 x the full-cache expert's train cost (fixed per run)."""
@@ -388,12 +466,9 @@ class Search:
 
     def _write_outputs(self) -> None:
         self.archive.save(self.run_dir / "archive.json")
-        path = self.run_dir / "pareto.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.pareto_rows(), indent=1))
-        os.replace(tmp, path)
+        write_json(self.run_dir / "pareto.json", self.pareto_rows())
         if self._executor is not None:
-            (self.run_dir / "replicas.json").write_text(json.dumps(self._executor.stats(), indent=1))
+            write_json(self.run_dir / "replicas.json", self._executor.stats())
 
     def _report(self) -> list[Path]:
         from rsi.report import write_report
@@ -412,6 +487,33 @@ def _normalized(raw: dict[str, Any]) -> Any:
         return raw  # not a config of this schema: it differs
 
 
+def _read_proposals(path: Path) -> list[Proposal]:
+    """The saved proposals of one generation (``proposals/g<N>.json``)."""
+    rows = read_json(path, list)
+    out = []
+    for i, p in enumerate(rows):
+        if not (isinstance(p, dict) and isinstance(p.get("source"), str) and isinstance(p.get("parents"), list)
+                and isinstance(p.get("proposer"), str)):
+            raise RunDirError(f"{path}: proposal {i} must be an object with 'source', 'parents' and 'proposer', "
+                              f"got {show(p)}; delete the file to propose this generation again",
+                              field=str(path), value=show(p))
+        out.append(Proposal(p["source"], tuple(p["parents"]), p["proposer"], str(p.get("note", ""))))
+    return out
+
+
 def load_run_config(run_dir: str | Path) -> SearchConfig:
-    """The config a run directory was started with (for ``--resume``)."""
-    return config_from_dict(json.loads((Path(run_dir) / "config.json").read_text()))
+    """The config a run directory was started with (for ``--resume``).
+
+    Raises:
+        RunDirError: ``run_dir`` holds no ``config.json`` (not a search run) or a corrupt one.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise RunDirError(f"{run_dir} is not a search run directory: it holds no config.json",
+                          field="run_dir", value=str(run_dir))
+    try:
+        return config_from_dict(read_json(path, dict))
+    except RunDirError:
+        raise
+    except AKVError as err:
+        raise RunDirError(f"{path}: {err}", field=str(path), value=getattr(err, "value", None)) from err

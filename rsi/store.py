@@ -2,22 +2,41 @@
 
 Results are appended to ``evaluations.jsonl`` in the run directory and flushed to disk before
 :meth:`EvalStore.put` returns, so a search killed at any point loses nothing it finished and a
-resumed search never recomputes it (DESIGN.md, invariant 5). A torn last line (a kill during a
-write) is ignored on load. Failed evaluations are stored too: a failure is a result.
+resumed search never recomputes it (DESIGN.md, invariant 5). Failed evaluations are stored too:
+a failure is a result.
+
+One record per line: ``{"key": ..., "row": ..., "sha256": ...}``, where ``sha256`` is the digest
+of the canonical JSON (sorted keys, no spaces) of ``{"key": ..., "row": ...}``. On load:
+
+* a torn last line (a kill during a write: no final newline) is not loaded, and is cut off the
+  file before the next append, so that record does not swallow the torn bytes;
+* a line that is not JSON, not a record, fails its checksum, or whose row does not decode is
+  *corrupt*: it is not loaded (the evaluation runs again and is appended) and reported;
+* a record without ``sha256`` (written before checksums existed) is loaded if its row decodes,
+  and reported as *unverified*: such a row cannot be checked, only parsed.
+
+What was found is :attr:`EvalStore.check` (also logged as a warning). The file is never
+rewritten: corrupt lines stay where they are (and are reported again by later loads), a record
+appended later for the same key supersedes nothing that was loaded (first valid record wins).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evals.replay import TaskResult, result_from_row
 
 ENGINE_VERSION = "akv-engine-1"
+
+log = logging.getLogger("akv.search.store")  # a child of the search's logger: warnings reach search.log
 
 
 def eval_key(policy_key: str, task_id: str, model: str, eval_digest: str) -> str:
@@ -26,22 +45,125 @@ def eval_key(policy_key: str, task_id: str, model: str, eval_digest: str) -> str
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def record_digest(key: str, row: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of ``{"key": key, "row": row}`` (the record without its checksum)."""
+    blob = json.dumps({"key": key, "row": row}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """What loading ``evaluations.jsonl`` found (line numbers are 1-based).
+
+    Attributes:
+        path: the file.
+        loaded: records loaded (distinct keys).
+        corrupt_lines: lines not loaded: not JSON, not a record, checksum mismatch, or a row that
+            does not decode. Their evaluations run again.
+        unverified_lines: records without a checksum (older versions), loaded.
+        torn_tail: the last line had no newline (a torn write); it was not loaded and is cut off
+            before the next append.
+    """
+
+    path: Path
+    loaded: int = 0
+    corrupt_lines: tuple[int, ...] = ()
+    unverified_lines: tuple[int, ...] = ()
+    torn_tail: int | None = None
+
+    @property
+    def clean(self) -> bool:
+        return not self.corrupt_lines and not self.unverified_lines and self.torn_tail is None
+
+    def summary(self) -> str:
+        parts = [f"{self.path}: {_n(self.loaded, 'evaluation')} loaded"]
+        if self.corrupt_lines:
+            parts.append(f"{_n(len(self.corrupt_lines), 'corrupt record')} not loaded, to be recomputed "
+                         f"(line {_lines(self.corrupt_lines)})")
+        if self.torn_tail is not None:
+            parts.append(f"a torn last record (line {self.torn_tail}) not loaded, cut off before the next append")
+        if self.unverified_lines:
+            parts.append(f"{_n(len(self.unverified_lines), 'record')} without checksum (written by an older "
+                         f"version) accepted unverified")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "loaded": self.loaded, "corrupt_lines": list(self.corrupt_lines),
+                "unverified_lines": list(self.unverified_lines), "torn_tail": self.torn_tail}
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _lines(numbers: tuple[int, ...], limit: int = 20) -> str:
+    shown = ", ".join(map(str, numbers[:limit]))
+    return shown + (f", ... ({len(numbers) - limit} more)" if len(numbers) > limit else "")
+
+
+def _parse(line: bytes) -> tuple[str, dict[str, Any], bool] | None:
+    """(key, row, verified) of one line, or None when it is corrupt."""
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("key"), str) or not isinstance(rec.get("row"), dict):
+        return None
+    verified = "sha256" in rec
+    if verified and rec["sha256"] != record_digest(rec["key"], rec["row"]):
+        return None
+    try:
+        result_from_row(rec["row"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return rec["key"], rec["row"], verified
+
+
 class EvalStore:
-    """Append-only, fsync'ed map from evaluation key to :class:`TaskResult`."""
+    """Append-only, fsync'ed, checksummed map from evaluation key to :class:`TaskResult`.
+
+    ``listeners`` are called with the key of every newly stored result (after it is on disk).
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._rows: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
-        self.torn_lines = 0
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                    self._rows[rec["key"]] = rec["row"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    self.torn_lines += 1
+        self._cut_at: int | None = None  # byte offset to truncate to before the next append (torn tail)
+        self.listeners: list[Callable[[str], None]] = []
+        self.check = self._load()
+        if not self.check.clean:
+            log.warning("%s", self.check.summary())
+
+    def _load(self) -> StoreCheck:
+        if not self.path.exists():
+            return StoreCheck(self.path)
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        torn: int | None = None
+        if lines[-1].strip():  # no final newline: the last write was torn
+            torn = len(lines)
+            self._cut_at = len(data) - len(lines[-1])
+        lines = lines[:-1]  # after the final newline: empty, or the torn part
+        corrupt, unverified = [], []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            parsed = _parse(line)
+            if parsed is None:
+                corrupt.append(number)
+                continue
+            key, row, verified = parsed
+            if not verified:
+                unverified.append(number)
+            self._rows.setdefault(key, row)
+        return StoreCheck(self.path, len(self._rows), tuple(corrupt), tuple(unverified), torn)
+
+    @property
+    def torn_lines(self) -> int:
+        """Lines not loaded (corrupt or torn), for older callers."""
+        return len(self.check.corrupt_lines) + (self.check.torn_tail is not None)
 
     def __contains__(self, key: str) -> bool:
         return key in self._rows
@@ -58,13 +180,22 @@ class EvalStore:
         with self._lock:
             if key in self._rows:
                 return False
-            row = result.to_row()
-            with open(self.path, "a") as fh:
-                fh.write(json.dumps({"key": key, "row": row}) + "\n")
+            # The row as it will read back (JSON types), so the checksum verifies after a reload.
+            row = json.loads(json.dumps(result.to_row()))
+            line = json.dumps({"key": key, "row": row, "sha256": record_digest(key, row)}) + "\n"
+            with open(self.path, "ab") as fh:
+                if self._cut_at is not None:
+                    log.warning("%s: cutting a torn last record (%d bytes) before appending",
+                                self.path, fh.tell() - self._cut_at)
+                    fh.truncate(self._cut_at)
+                    self._cut_at = None
+                fh.write(line.encode("utf-8"))
                 fh.flush()
                 os.fsync(fh.fileno())
             self._rows[key] = row
-            return True
+        for listener in self.listeners:
+            listener(key)
+        return True
 
     def rows(self) -> list[dict[str, Any]]:
         return list(self._rows.values())

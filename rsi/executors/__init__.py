@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 __all__ = ["EvalRequest", "Executor", "ReplicaStats", "make_executor", "model_spec"]
 
 
-def make_executor(config: SearchConfig, eval_config: EvalConfig, store: EvalStore, run_dir: Path) -> Executor:
-    """The executor the config asks for.
+def make_executor(config: SearchConfig, eval_config: EvalConfig, store: EvalStore, run_dir: Path,
+                  progress: bool = True) -> Executor:
+    """The executor the config asks for (``progress``: its own per-batch bar, on a terminal).
 
     ``kind: local`` evaluates in this process: on an engine loaded here (``backend: local``) or
     through one server (``backend: remote``, launched here or attached). ``kind: ray`` starts
@@ -25,7 +26,7 @@ def make_executor(config: SearchConfig, eval_config: EvalConfig, store: EvalStor
     if config.executor.kind == "ray":
         from rsi.executors.ray_executor import RayExecutor
 
-        return RayExecutor(config, eval_config, store, run_dir)
+        return RayExecutor(config, eval_config, store, run_dir, progress=progress)
     from rsi.executors.local import LocalExecutor
 
     m = config.model
@@ -33,7 +34,7 @@ def make_executor(config: SearchConfig, eval_config: EvalConfig, store: EvalStor
         from rsi.executors.remote import RemoteReplica, server_spec
 
         replica = RemoteReplica(model_spec(config), eval_config, server_spec(config.executor, 0, run_dir, config.dtype))
-        return LocalExecutor(None, eval_config, store, evaluator=replica)
+        return LocalExecutor(None, eval_config, store, progress=progress, evaluator=replica)
     import torch
 
     from engine.engine import Engine
@@ -41,7 +42,7 @@ def make_executor(config: SearchConfig, eval_config: EvalConfig, store: EvalStor
     device = "cuda" if config.executor.gpus_per_replica > 0 else "cpu"
     engine = Engine.from_pretrained(m.name, template=m.template, pool_bytes=int(m.pool_gb * (1 << 30)),
                                     threads=m.threads or None, device=device, dtype=getattr(torch, config.dtype))
-    return LocalExecutor(engine, eval_config, store)
+    return LocalExecutor(engine, eval_config, store, progress=progress)
 
 
 def model_spec(config: SearchConfig) -> dict[str, Any]:
