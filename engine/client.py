@@ -1,7 +1,7 @@
 """A small Python client for the AKV server.
 
     from engine.client import AKVClient
-    c = AKVClient("http://127.0.0.1:30000")
+    c = AKVClient("http://127.0.0.1:30000")            # api_key="..." for a server with --api-key
     r = c.chat(messages, drop_message={"7": [3]}, reposition=[7], max_tokens=32)
     r["choices"][0]["message"]["content"], r["usage"]["prompt_tokens_details"]["cached_tokens"]
     for piece in c.stream(messages, max_tokens=32): print(piece, end="")
@@ -9,7 +9,7 @@
 The official ``openai`` package works too; pass the AKV fields through ``extra_body``::
 
     from openai import OpenAI
-    client = OpenAI(base_url="http://127.0.0.1:30000/v1", api_key="unused")
+    client = OpenAI(base_url="http://127.0.0.1:30000/v1", api_key="unused")   # or the server's key
     client.chat.completions.create(model="gemma-3-270m", messages=messages,
                                    extra_body={"drop_message": {"7": [3]}, "reposition": [7]})
 """
@@ -33,11 +33,15 @@ class AKVServerError(RuntimeError):
 
 
 class AKVClient:
-    """Thin synchronous client. ``schedule`` fields are passed as keyword arguments."""
+    """Thin synchronous client. ``schedule`` fields are passed as keyword arguments.
 
-    def __init__(self, base_url: str, timeout: float = 600.0):
+    ``api_key`` is sent as ``Authorization: Bearer`` (a server started with ``--api-key``).
+    """
+
+    def __init__(self, base_url: str, timeout: float = 600.0, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self.http.close()
@@ -71,8 +75,10 @@ class AKVClient:
                     if piece:
                         yield piece
 
-    def save(self, name: str, messages: list[dict[str, Any]], **schedule: Any) -> dict[str, Any]:
-        return self._post("/v1/cache/save", {"name": name, "messages": messages, **schedule})
+    def save(self, name: str, messages: list[dict[str, Any]], *, overwrite: bool = False,
+             **schedule: Any) -> dict[str, Any]:
+        """Save a history's KV as ``name`` (409 if it exists, unless ``overwrite``)."""
+        return self._post("/v1/cache/save", {"name": name, "messages": messages, "overwrite": overwrite, **schedule})
 
     def load(self, name: str) -> dict[str, Any]:
         return self._post("/v1/cache/load", {"name": name})

@@ -23,7 +23,7 @@ import torch
 from engine.accounting import Accountant, insert_output
 from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
 from engine.errors import AKVError, ContextLengthError
-from engine.history import History, Item, replay
+from engine.history import History, Item, replay, salted
 from engine.kvstore import TensorKV
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import LeanModel
@@ -31,7 +31,7 @@ from engine.models.loading import load_model
 from engine.plan import Plan, TokenUsage, commit, plan_request, release
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
 from engine.radix import Node, RadixTree
-from engine.schedule import Schedule
+from engine.schedule import Schedule, parse_schedule
 from engine.settings import settings
 
 if TYPE_CHECKING:
@@ -94,6 +94,52 @@ class ScoreResult:
     def best_norm(self) -> int:
         """Index of the best score per character (``acc_norm``)."""
         return int(np.argmax([lp / max(1, len(c)) for lp, c in zip(self.logprobs, self.candidates)]))
+
+
+SCORE_GROUP_TOKENS = 256
+"""Candidate tokens :meth:`Engine.score` puts through the model in one forward pass (bounds its memory)."""
+SCORE_GROUP_SIZE = 16
+"""Candidates in one forward pass (each holds its own view of the history while attending)."""
+SCORE_LOGIT_ROWS = 16
+"""Rows of vocabulary-sized logits alive at once while scoring."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request tokenized and replayed ahead of the engine thread (:meth:`Engine.prepare`).
+
+    Attributes:
+        layout: the rendered messages and compiled schedule.
+        items: the event history: salt, message tokens and events, then the prefix's tokens.
+        history: ``replay(items)``.
+        candidates: score candidates (empty for a chat request).
+        continuations: each candidate's tokens.
+    """
+
+    layout: Layout
+    items: list[Item]
+    history: History
+    candidates: tuple[str, ...] = ()
+    continuations: tuple[list[int], ...] = ()
+
+    @property
+    def scored_tokens(self) -> int:
+        """Tokens of all candidates together (what scoring computes beyond the prompt)."""
+        return sum(len(c) for c in self.continuations)
+
+
+def _groups_of(lens: Sequence[int]) -> list[list[int]]:
+    """Consecutive candidate indices, at most SCORE_GROUP_SIZE and SCORE_GROUP_TOKENS tokens per group
+    (a longer candidate is a group of its own)."""
+    groups: list[list[int]] = [[]]
+    tokens = 0
+    for i, k in enumerate(lens):
+        if groups[-1] and (len(groups[-1]) >= SCORE_GROUP_SIZE or tokens + k > SCORE_GROUP_TOKENS):
+            groups.append([])
+            tokens = 0
+        groups[-1].append(i)
+        tokens += k
+    return groups
 
 
 @dataclass(eq=False)
@@ -226,6 +272,7 @@ class Engine:
         prefix: str = "",
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        salt: str | None = None,
     ) -> ChatResult:
         """Generate the assistant's next message under ``schedule``.
 
@@ -236,12 +283,14 @@ class Engine:
             prefix: text the assistant's reply starts with (a cloze lead-in); not part of ``text``.
             on_text: called with each new piece of text as it is generated (streaming).
             cancelled: polled between tokens; when it returns True generation stops.
+            salt: the tenant's cache namespace (``engine.history.Salt``): histories with different
+                salts share no cached prefix. ``None`` (the default) is the shared namespace.
 
         Raises:
             AKVError subclasses for bad messages, schedules, sampling values or lengths.
         """
         g = self.start(messages, schedule, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                       stop=stop, prefix=prefix, on_text=on_text, cancelled=cancelled)
+                       stop=stop, prefix=prefix, on_text=on_text, cancelled=cancelled, salt=salt)
         try:
             if g.cancelled is not None and g.cancelled():
                 g.reason, g.done = "cancelled", True
@@ -251,9 +300,10 @@ class Engine:
             result = self.finish(g)
         return result
 
-    def prefill(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None) -> TokenUsage:
+    def prefill(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
+                salt: str | None = None) -> TokenUsage:
         """Bring the history of ``messages`` + ``schedule`` into the tree without generating."""
-        items = self.layout(messages, schedule).items
+        items = salted(self.layout(messages, schedule).items, salt)
         history = replay(items)
         self._check_length(history, 0)
         plan = plan_request(self.tree, items, history)
@@ -278,17 +328,66 @@ class Engine:
             self._tokenizer_sha = tokenizer_fingerprint(self.tokenizer)
         return self._tokenizer_sha
 
-    def save_session(self, messages: Sequence[Any], schedule: Any, path: str | Path) -> SnapshotInfo:
-        """Write the KV of this history to ``path`` (safetensors + JSON metadata)."""
+    def save_session(self, messages: Sequence[Any], schedule: Any, path: str | Path, *, salt: str | None = None,
+                     secret: bytes | None = None) -> SnapshotInfo:
+        """Write the KV of this history to ``path`` (safetensors + JSON metadata; ``engine.snapshot``).
+
+        ``salt``: the cache namespace the history lives in; ``secret``: authenticate the file
+        (HMAC-SHA256) so that a load with the same secret refuses any edit.
+        """
         from engine.snapshot import save_session
 
-        return save_session(self, messages, schedule, path)
+        return save_session(self, messages, schedule, path, salt=salt, secret=secret)
 
-    def load_session(self, path: str | Path) -> SnapshotInfo:
-        """Warm the tree from a file written by :meth:`save_session` (refused files change nothing)."""
+    def load_session(self, path: str | Path, *, salt: str | None = None, secret: bytes | None = None) -> SnapshotInfo:
+        """Warm the tree (in ``salt``'s namespace) from a file written by :meth:`save_session`;
+        refused files change nothing. With ``secret``, files without a valid HMAC are refused."""
         from engine.snapshot import load_session
 
-        return load_session(self, path)
+        return load_session(self, path, salt=salt, secret=secret)
+
+    def prepare(
+        self,
+        messages: Sequence[Any],
+        schedule: Mapping[str, Any] | Schedule | None = None,
+        *,
+        prefix: str = "",
+        candidates: Sequence[str] | None = None,
+        salt: str | None = None,
+        extra_tokens: int = 0,
+    ) -> Prepared:
+        """Tokenize and replay a request without touching the tree or the model.
+
+        Safe to call on any thread while the engine works on another (the server does it on a
+        pool thread, so that a huge prompt never stalls the engine thread). Pass the result to
+        :meth:`start` or :meth:`score` as ``prepared``.
+
+        Args:
+            messages, schedule, prefix, salt: as for :meth:`chat`.
+            candidates: score candidates (see :meth:`score`); ``None`` for a chat request.
+            extra_tokens: positions the request will add after the prompt (``max_tokens``).
+
+        Raises:
+            MessageError, ScheduleError: a malformed request.
+            ContextLengthError: the prompt plus ``extra_tokens`` (or the longest candidate) does not
+                fit the context window.
+        """
+        if candidates is not None and (not candidates or not all(isinstance(c, str) and c for c in candidates)):
+            raise AKVError("candidates must be a non-empty list of non-empty strings",
+                           field="candidates", value=candidates)
+        sched = parse_schedule(schedule)
+        if isinstance(messages, list):
+            self.check_fits(len(messages), sched, extra_tokens)
+        layout = self.layout(messages, sched)
+        prefix_ids = self.renderer._encode(prefix)
+        conts = tuple(self._continuation(prefix, prefix_ids, c) for c in candidates or ())
+        extra = max([extra_tokens, *map(len, conts)])
+        if not sched.repositions:  # positions are token counts: refuse before the replay
+            self._check_reach(len(layout.rendered.token_ids) + len(prefix_ids), extra)
+        items: list[Item] = salted([*layout.items, *prefix_ids], salt)
+        history = replay(items)
+        self._check_length(history, extra)
+        return Prepared(layout, items, history, tuple(candidates or ()), conts)
 
     def score(
         self,
@@ -297,69 +396,105 @@ class Engine:
         schedule: Mapping[str, Any] | Schedule | None = None,
         *,
         prefix: str = "",
+        salt: str | None = None,
+        prepared: Prepared | None = None,
     ) -> ScoreResult:
         """Log-likelihood of each candidate as the continuation of the assistant's reply.
 
         The context is the rendered prompt plus ``prefix`` (text the assistant's reply starts
         with). As in lm-evaluation-harness, ``prefix + candidate`` is encoded together and the
         candidate's tokens are the tail; put the separating space in the candidate (" Paris").
-        All candidates are scored in one forward pass, each seeing the same cache state.
+        Every candidate sees the same cache state. The history is computed once, with the first
+        group of candidates; candidates go through the model in groups of at most
+        ``SCORE_GROUP_TOKENS`` tokens, and only each token's own log-probability is kept, so
+        memory does not grow with the number of candidates.
+
+        ``prepared``: the result of :meth:`prepare` for these arguments (then they are ignored).
         """
-        if not candidates or not all(isinstance(c, str) and c for c in candidates):
+        p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix,
+                                                               candidates=candidates, salt=salt)
+        if not p.continuations:
             raise AKVError("candidates must be a non-empty list of non-empty strings",
-                           field="candidates", value=candidates)
-        layout = self.layout(messages, schedule)
-        prefix_ids = self.renderer._encode(prefix)
-        items: list[Item] = [*layout.items, *prefix_ids]
-        conts = [self._continuation(prefix, prefix_ids, c) for c in candidates]
-        history = replay(items)
+                           field="candidates", value=list(p.candidates))
+        items, history, conts = p.items, p.history, p.continuations
         self._check_length(history, max(len(c) for c in conts))
         t0 = time.perf_counter()
         plan = plan_request(self.tree, items, history)
         end: Node | None = None
         try:
-            n = history.n_tokens
-            ext_tokens, ext_pos, jobs = [], [], history_jobs(history, plan.compute)
-            offset = n
-            for cont in conts:
-                idx = np.arange(offset, offset + len(cont), dtype=np.int64)
-                pos = history.next_pos + np.arange(len(cont), dtype=np.int64)
-                jobs.append(Job(idx, np.concatenate([history.alive, idx]), np.concatenate([history.alive_pos, pos])))
-                ext_tokens.extend(cont)
-                ext_pos.extend(pos.tolist())
-                offset += len(cont)
-            token_ids = np.concatenate([history.token_ids, np.asarray(ext_tokens, dtype=np.int64)])
-            compute_pos = np.concatenate([history.compute_pos, np.asarray(ext_pos, dtype=np.int64)])
-            rows: list[int] = []
-            if plan.compute[n - 1]:
-                rows.append(n - 1)
-            offset = n
-            for cont in conts:
-                rows.extend(range(offset, offset + len(cont) - 1))
-                offset += len(cont)
-            pre = batched_prefill(self.model, token_ids, compute_pos, jobs, self._gather(plan.match.path), rows)
-            logprobs = torch.log_softmax(pre.logits, dim=-1) if pre.logits is not None else None
-            if plan.compute[n - 1]:
-                assert logprobs is not None and pre.hidden is not None
-                first, row = logprobs[0], 1
-            else:
-                first = torch.log_softmax(self.model.logits(plan.end_hidden[None].to(self.model.device)), -1)[0]
-                row = 0
-            scores, offset = [], n
-            for cont in conts:
-                total = float(first[cont[0]])
-                for j in range(1, len(cont)):
-                    assert logprobs is not None
-                    total += float(logprobs[row + j - 1][cont[j]])
-                row += len(cont) - 1
-                scores.append(total)
-                offset += len(cont)
-            end = self._commit(plan, items, pre, pre.hidden[0] if pre.hidden is not None and plan.compute[n - 1]
-                               else None)
+            end, scores = self._score_passes(plan, items, history, conts)
         finally:
             release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
         self.stats.add(plan.usage, Timings(time.perf_counter() - t0, 0.0))
-        return ScoreResult(list(candidates), scores, [len(c) for c in conts], plan.usage)
+        return ScoreResult(list(p.candidates), scores, [len(c) for c in conts], plan.usage)
+
+    def _score_passes(self, plan: Plan, items: list[Item], history: History,
+                      conts: Sequence[list[int]]) -> tuple[Node, list[float]]:
+        """Forward passes of :meth:`score`; returns the committed end node and the scores.
+
+        Token space of the passes (indices)::
+
+            | history [0, n) | candidate 0 | candidate 1 | ... |    each candidate sees the history's
+            ^0               ^n            ^n + len(c0)             alive tokens, then itself, at
+                                                                    positions next_pos, next_pos + 1, ...
+
+        Pass 1 computes the history's missing tokens and the first group; later passes gather the
+        history's KV from pass 1's result. Logits are made ``SCORE_LOGIT_ROWS`` rows at a time.
+        """
+        n = history.n_tokens
+        lens = [len(c) for c in conts]
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) + n
+        token_ids = np.concatenate([history.token_ids, np.asarray([t for c in conts for t in c], dtype=np.int64)])
+        compute_pos = np.concatenate([history.compute_pos,
+                                      *(history.next_pos + np.arange(k, dtype=np.int64) for k in lens)])
+        head = [n - 1] if plan.compute[n - 1] else []
+        first_pass: PrefillResult | None = None
+        first: torch.Tensor | None = None  # log-probabilities of the token after the history [V]
+        last_hidden: torch.Tensor | None = None
+        scores: list[float] = []
+        for group in _groups_of(lens):
+            jobs, rows, targets = [], [], []
+            for i in group:
+                idx = np.arange(starts[i], starts[i] + lens[i], dtype=np.int64)
+                pos = history.next_pos + np.arange(lens[i], dtype=np.int64)
+                jobs.append(Job(idx, np.concatenate([history.alive, idx]), np.concatenate([history.alive_pos, pos])))
+                rows.extend(idx[:-1].tolist())
+                targets.extend(conts[i][1:])
+            if first_pass is None:
+                pre = batched_prefill(self.model, token_ids, compute_pos,
+                                      [*history_jobs(history, plan.compute), *jobs], self._gather(plan.match.path),
+                                      head + rows, logits=False)
+                first_pass = pre
+                last_hidden = pre.hidden[0] if head and pre.hidden is not None else None
+                after = last_hidden if last_hidden is not None else plan.end_hidden.to(self.model.device)
+                first = torch.log_softmax(self.model.logits(after[None]), -1)[0]
+                hidden = pre.hidden[len(head):] if pre.hidden is not None else None
+            else:
+                pre = batched_prefill(self.model, token_ids, compute_pos, jobs, first_pass.columns, rows,
+                                      logits=False)
+                hidden = pre.hidden
+            picked = self._target_logprobs(hidden, targets) if targets else []
+            k = 0
+            for i in group:
+                assert first is not None
+                total = float(first[conts[i][0]])
+                for _ in range(lens[i] - 1):
+                    total += picked[k]
+                    k += 1
+                scores.append(total)
+        assert first_pass is not None
+        return self._commit(plan, items, first_pass, last_hidden), scores
+
+    def _target_logprobs(self, hidden: torch.Tensor | None, targets: Sequence[int]) -> list[float]:
+        """log p(targets[r] | hidden[r]) for each row, computing at most SCORE_LOGIT_ROWS rows of logits at once."""
+        assert hidden is not None and hidden.shape[0] == len(targets)
+        out: list[float] = []
+        want = torch.as_tensor(list(targets), dtype=torch.int64, device=hidden.device)
+        for a in range(0, len(targets), SCORE_LOGIT_ROWS):
+            logits = self.model.logits(hidden[a:a + SCORE_LOGIT_ROWS])
+            lp = logits.gather(1, want[a:a + SCORE_LOGIT_ROWS, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+            out.extend(lp.tolist())
+        return out
 
     # ------------------------------------------------------------------ internals
 
@@ -370,11 +505,25 @@ class Engine:
         return self.renderer._encode(candidate)
 
     def _check_length(self, history: History, extra: int) -> None:
-        top = int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)) + extra
-        if top > self.max_context:
+        self._check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)
+
+    def _check_reach(self, reach: int, extra: int) -> None:
+        if reach + extra > self.max_context:
             raise ContextLengthError(
-                f"the prompt reaches position {top - extra} and asks for {extra} more tokens, beyond the "
-                f"context window of {self.max_context}", field="messages", value=top)
+                f"the prompt reaches position {reach} and asks for {extra} more tokens, beyond the "
+                f"context window of {self.max_context}", field="messages", value=reach + extra)
+
+    def check_fits(self, n_messages: int, schedule: Schedule, extra_tokens: int = 0) -> None:
+        """Refuse, before any tokenizing, a request that cannot fit the context window.
+
+        Without repositions positions only grow and every message renders to at least one token,
+        so ``n_messages + extra_tokens`` positions are a lower bound (with repositions there is none).
+
+        Raises:
+            ContextLengthError: the bound is beyond the window.
+        """
+        if not schedule.repositions:
+            self._check_reach(n_messages, extra_tokens)
 
     def start(
         self,
@@ -389,18 +538,20 @@ class Engine:
         prefix: str = "",
         on_text: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        salt: str | None = None,
+        prepared: Prepared | None = None,
     ) -> Generation:
         """Process the prompt (prefill) and return an in-flight :class:`Generation`.
 
         Drive it with :meth:`step` (several generations may step together, sharing one forward
         pass) until ``done``, then call :meth:`finish`, which must always be called: it stores
-        the generated KV and releases the request's locks. Arguments are those of :meth:`chat`.
+        the generated KV and releases the request's locks. Arguments are those of :meth:`chat`;
+        ``prepared`` (from :meth:`prepare`) replaces ``messages``, ``schedule``, ``prefix`` and ``salt``.
         """
         stops = tuple(stop or ()) + self.renderer.template.stop
         params = SamplingParams(max_tokens, temperature, top_p, seed, stops)
-        layout = self.layout(messages, schedule)
-        items: list[Item] = [*layout.items, *self.renderer._encode(prefix)]
-        history = replay(items)
+        p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix, salt=salt)
+        items, history = p.items, p.history
         self._check_length(history, params.max_tokens)
         t0 = time.perf_counter()
         plan = plan_request(self.tree, items, history)

@@ -1,10 +1,11 @@
 """Event histories and what they imply for every token: the pure semantics of drop and reposition.
 
 An *event history* is a sequence of items: token ids (``int``) and cache events (:class:`Drop`,
-:class:`Reposition`). It is the key of the radix tree, because a token's KV is a pure function of
-the items before it (DESIGN.md, invariant 1). :func:`replay` walks a history once and records,
-for every token, the position it was computed at and, for every run of tokens between events
-(a *segment*), the view it attended to: the alive tokens and their positions at that time.
+:class:`Reposition`), optionally led by a tenant's :class:`Salt`. It is the key of the radix tree,
+because a token's KV is a pure function of the items before it (DESIGN.md, invariant 1).
+:func:`replay` walks a history once and records, for every token, the position it was computed at
+and, for every run of tokens between events (a *segment*), the view it attended to: the alive
+tokens and their positions at that time.
 
 Position rules (kept exactly):
 - positions start at 0; a token appended gets ``next_pos`` and ``next_pos`` grows by one;
@@ -53,7 +54,23 @@ class Reposition:
 
 
 REPOSITION = Reposition()
-Item = int | Drop | Reposition
+
+
+@dataclass(frozen=True)
+class Salt:
+    """A namespace marker, only ever the first item of a history: it changes no token and no
+    position, but two histories with different salts (or one with and one without) share no radix
+    node, so one tenant's cached prefix is never reused, nor measurable, by another (as vLLM's
+    ``cache_salt``). Histories without a salt behave exactly as before.
+    """
+
+    key: str
+
+    def __repr__(self) -> str:
+        return "Salt"  # the key may name a tenant: keep it out of logs and error messages
+
+
+Item = int | Drop | Reposition | Salt
 
 
 def merge_ranges(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -163,6 +180,8 @@ def replay(items: Sequence[Item]) -> History:
             repos_rotated[i] = int(np.count_nonzero(cur_pos[idx] != new))
             cur_pos[idx] = new
             next_pos = int(idx.shape[0])
+        elif isinstance(it, Salt):
+            assert i == 0, "a Salt may only start a history"
         else:
             if seg_start is None:
                 idx = np.flatnonzero(alive_mask[:count])
@@ -204,3 +223,8 @@ def intersect_ranges(
         else:
             j += 1
     return tuple(out)
+
+
+def salted(items: Sequence[Item], salt: str | None) -> list[Item]:
+    """``items`` in ``salt``'s namespace: led by ``Salt(salt)``, or unchanged when ``salt`` is None."""
+    return list(items) if salt is None else [Salt(salt), *items]

@@ -14,6 +14,7 @@ before reposition at one trigger), then the generation prompt.
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -84,14 +85,26 @@ class Renderer:
         tokenizer: anything with ``encode``/``decode`` and ``bos_token_id``.
         template: a :class:`ChatTemplate` or its name.
         cache_size: how many distinct messages to keep tokenized.
+        cache_tokens: how many tokens the cache may hold in all (about 40 bytes each, key text
+            included); a message of more than a quarter of that is tokenized but not kept, so that
+            huge one-off messages (a hostile request) neither evict the cache nor grow memory.
     """
 
-    def __init__(self, tokenizer: Tokenizer, template: str | ChatTemplate = "gemma", cache_size: int = 50_000):
+    def __init__(self, tokenizer: Tokenizer, template: str | ChatTemplate = "gemma", cache_size: int = 50_000,
+                 cache_tokens: int = 2_000_000):
         self.tokenizer = tokenizer
         self.template = get_template(template)
         self._cache: OrderedDict[str, list[tuple[str, list[int]]]] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_tokens = cache_tokens
+        self._cached_tokens = 0
+        self._lock = threading.Lock()  # the server renders on pool threads while the engine thread runs
         self.prompt_ids = self._encode(self.template.generation_prompt)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens held by the per-message cache (at most ``cache_tokens``)."""
+        return self._cached_tokens
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
@@ -99,17 +112,25 @@ class Renderer:
     def message_parts(self, message: Mapping[str, Any], index: int) -> list[tuple[str, list[int]]]:
         """The (kind, token ids) parts of one normalized message; message 0 starts with BOS."""
         key = json.dumps([index == 0, message], sort_keys=True, ensure_ascii=False)
-        hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-            return hit
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
         parts = [(p.kind, self._encode(p.text)) for p in self.template.parts(message, index)]
         if index == 0 and self.template.bos and self.tokenizer.bos_token_id is not None:
             kind, ids = parts[0]
             parts[0] = (kind, [self.tokenizer.bos_token_id, *ids])
-        self._cache[key] = parts
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        size = sum(len(ids) for _, ids in parts)
+        if size > self._cache_tokens // 4:
+            return parts
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = parts
+                self._cached_tokens += size
+            while len(self._cache) > self._cache_size or self._cached_tokens > self._cache_tokens:
+                _, old = self._cache.popitem(last=False)
+                self._cached_tokens -= sum(len(ids) for _, ids in old)
         return parts
 
     def output_ids(self, message: Mapping[str, Any], index: int) -> list[int]:

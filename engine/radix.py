@@ -1,8 +1,10 @@
 """The history-aware radix tree: a prefix cache keyed by event histories, not by tokens alone.
 
 Edges are lists of items (token ids and Drop/Reposition events), so two requests with the same
-text but different drop histories share a node only up to their first differing event. Each node
-holds the KV of its token items as one payload, in one of three states:
+text but different drop histories share a node only up to their first differing event. A history
+led by a :class:`engine.history.Salt` (a server tenant's namespace) hangs below its own child of
+the root, so histories with different salts share no node at all; unsalted histories are
+unaffected. Each node holds the KV of its token items as one payload, in one of three states:
 
     RESIDENT  in the pool (counts against ``pool_bytes``)
     HOST      swapped out to the host tier (counts against ``host_bytes``)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from engine.attention import naive_attention
-from engine.history import Drop, Item, Reposition
+from engine.history import Drop, Item, Reposition, Salt
 from engine.models.lean import LeanModel
 from engine.rope import rotate_keys
 
@@ -104,6 +104,8 @@ class ReferenceExecutor:
                     keys[layer][:, idx] = rotate_keys(keys[layer][:, idx], m.rope(layer), delta)
                 pos[idx] = new
                 next_pos = int(idx.shape[0])
+            elif isinstance(it, Salt):
+                continue  # a namespace marker: no token, no position
             else:
                 run.append(int(it))
         flush()

@@ -77,13 +77,14 @@ class RemoteEngine:
         check_usage: ``warn`` / ``raise`` / ``off`` when the server's prompt count differs from the
             local render (a template mismatch: local costs would not describe what it served).
         name: display name (default: ``model``).
+        api_key: sent as ``Authorization: Bearer`` (a server started with ``--api-key``).
     """
 
     def __init__(self, base_url: str, model: str, *, template: str = "gemma", served_model: str | None = None,
                  tokenizer: Any = None, geometry: KVGeometry | None = None, kv_dtype: torch.dtype = torch.float32,
                  pool_bytes: int = 2 * GiB, host_bytes: int = 0, timeout: float = 600.0,
                  akv_extensions: bool | None = None, prefix_mode: str = "field", check_usage: str = "warn",
-                 name: str | None = None, http: httpx.Client | None = None):
+                 name: str | None = None, http: httpx.Client | None = None, api_key: str | None = None):
         if prefix_mode not in PREFIX_MODES:
             raise ValueError(f"prefix_mode must be one of {', '.join(PREFIX_MODES)}, got {prefix_mode!r}")
         if check_usage not in ("warn", "raise", "off"):
@@ -101,7 +102,7 @@ class RemoteEngine:
         self.check_usage = check_usage
         self.stats = EngineStats()
         self.usage_mismatches = 0
-        self.wire = WireClient(base_url, timeout, http)
+        self.wire = WireClient(base_url, timeout, http, api_key=api_key)
         self._extensions = akv_extensions
 
     # ------------------------------------------------------------------ local, exact

@@ -97,9 +97,11 @@ class WireClient:
     """JSON over HTTP to one server, with errors mapped (see the module docstring)."""
 
     def __init__(self, base_url: str, timeout: float = 600.0, http: httpx.Client | None = None,
-                 busy_retries: int = 5):
+                 busy_retries: int = 5, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.http = http if http is not None else httpx.Client(base_url=self.base_url, timeout=timeout)
+        if api_key:  # as the OpenAI client sends it (akv serve --api-key)
+            self.http.headers["Authorization"] = f"Bearer {api_key}"
         self.busy_retries = busy_retries
 
     def close(self) -> None:

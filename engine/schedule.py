@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -191,12 +192,17 @@ def _merge_cache_alias(body: Mapping[str, Any]) -> dict[str, Any]:
     return fields
 
 
+_CANONICAL_ID = re.compile(r"0|[1-9][0-9]{0,17}")
+
+
 def _parse_trigger(key: Any, where: str) -> int:
     if isinstance(key, str):
-        text = key.strip()
-        if not text.lstrip("-").isdigit():
-            raise ScheduleError(f"{where}: trigger key {key!r} is not a message id", field=where, value=key)
-        key = int(text)
+        # Only the canonical decimal form: " 3", "03", "+3" and non-ASCII digits ("\u0663") would
+        # otherwise alias "3" and hide a caller's mistake; 18 digits bound the conversion.
+        if not _CANONICAL_ID.fullmatch(key):
+            raise ScheduleError(f"{where}: trigger key {show(key)} is not a message id (a decimal integer "
+                                "without sign, spaces or leading zeros)", field=where, value=show(key))
+        key = int(key)
     trigger = check_int(key, where)
     if trigger < 0:
         raise ScheduleError(f"{where}: trigger {trigger} is negative", field=where, value=trigger)

@@ -7,7 +7,7 @@ nothing in the project ever reaches for the network to find a model or a data se
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Everything must work offline: no hub lookups, no telemetry.
@@ -35,6 +35,12 @@ def _path(name: str, default: Path) -> Path:
     return Path(raw).expanduser() if raw else default
 
 
+def _list(name: str) -> tuple[str, ...]:
+    """Comma- or whitespace-separated values (none when unset)."""
+    raw = os.environ.get(name) or ""
+    return tuple(v for v in raw.replace(",", " ").split() if v)
+
+
 def _default_cache() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
@@ -48,12 +54,19 @@ class Settings:
     Attributes:
         cache_dir: where converted model weights and tokenizers live (``AKV_CACHE_DIR``).
         threads: torch intra-op threads, 0 = leave torch's default (``AKV_THREADS``).
+        api_keys: API key entries of ``akv serve`` (``AKV_API_KEYS``, comma- or space-separated
+            ``KEY`` or ``NAME:KEY``), added to ``--api-key``; kept out of ``repr``.
+        snapshot_secret: the server's snapshot HMAC key (``AKV_SNAPSHOT_SECRET``; ``None``: a
+            generated secret file in the snapshot dir); kept out of ``repr``.
     """
 
     cache_dir: Path
     threads: int
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    snapshot_secret: str | None = field(default=None, repr=False)
 
 
 def settings() -> Settings:
     """Read the environment now (tests change it between calls)."""
-    return Settings(cache_dir=_path("AKV_CACHE_DIR", _default_cache()), threads=_int("AKV_THREADS", 0))
+    return Settings(cache_dir=_path("AKV_CACHE_DIR", _default_cache()), threads=_int("AKV_THREADS", 0),
+                    api_keys=_list("AKV_API_KEYS"), snapshot_secret=os.environ.get("AKV_SNAPSHOT_SECRET") or None)

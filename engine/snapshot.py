@@ -6,18 +6,34 @@ File layout (one ``.safetensors`` file):
   their compute positions, exactly as the tree stores them), and ``end_hidden`` [H] when known;
 - metadata ``akv`` (JSON): format, model name, tokenizer fingerprint, KV geometry, dtype,
   template, the event history (tokens and events), which token ranges the tensors cover, the
-  messages and schedule it came from, and a SHA-256 of the tensor bytes.
+  messages and schedule it came from, and a SHA-256 of the tensor bytes;
+- metadata ``akv_mac`` (only when saved with a secret): HMAC-SHA256 under that secret of the
+  ``akv`` metadata and of every tensor's name, dtype, shape and bytes.
 
-Loading validates everything (format, model, tokenizer, geometry, checksum, ranges) before it
-touches the tree, so a corrupt or foreign file is refused with a :class:`SnapshotError` and the
-tree is left exactly as it was. A loaded history yields the same logits as the original: the
-tensors are the same bytes.
+Loading validates everything (the MAC when a secret is given, format, model, tokenizer,
+geometry, checksum, token ids within the vocabulary, ranges, tensor shapes and dtypes) before it
+touches the tree, so a corrupt, edited or foreign file is refused with a :class:`SnapshotError`
+and the tree is left exactly as it was. A checksum alone only catches accidents: whoever edits a
+file can recompute it, so a server (which shares one tree between clients) always saves and
+loads with a secret. A loaded history yields the same logits as the original: the tensors are
+the same bytes. The history is stored without its salt (``engine.history.Salt``) and loaded into
+the namespace the caller names.
+
+Files are read and written without following a symbolic link at the final name (``O_NOFOLLOW``),
+and written to a temporary file first and then renamed into place, so a planted link can neither
+redirect a save nor feed a load. This module is not a multi-tenant store: naming, quotas and
+per-tenant directories are the server's (``engine.server.snapshots``).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import hmac
 import json
+import os
+import secrets
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +42,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
 
-from engine.errors import SnapshotError
-from engine.history import REPOSITION, Drop, Item, Reposition, replay
+from engine.errors import SnapshotError, show
+from engine.history import REPOSITION, Drop, Item, Reposition, Salt, replay, salted
 from engine.kvstore import TensorKV
 from engine.plan import Plan, TokenUsage, commit, release
 from engine.radix import KVState
@@ -38,11 +55,18 @@ if TYPE_CHECKING:
     from engine.engine import Engine
 
 FORMAT = "akv-snapshot/1"
+MAC_KEY = "akv_mac"
+
+
+class SnapshotExistsError(SnapshotError):
+    """A save would replace an existing snapshot and the caller did not ask to overwrite it."""
+
+    status = 409
 
 
 @dataclass(frozen=True)
 class SnapshotInfo:
-    """What a save or load did."""
+    """What a save or load did (``path`` is the caller's own path, for local use)."""
 
     path: str
     tokens: int
@@ -50,34 +74,61 @@ class SnapshotInfo:
     bytes: int
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """A history serialised to snapshot bytes, not yet written anywhere."""
+
+    data: bytes
+    tokens: int
+    kv_tokens: int
+
+
+@dataclass(frozen=True)
+class Warmed:
+    """What loading snapshot bytes put into the tree."""
+
+    tokens: int
+    kv_tokens: int
+
+
 def encode_items(items: Sequence[Item]) -> list[Any]:
+    """The JSON form of a history, without its salt (a snapshot belongs to no namespace)."""
     out: list[Any] = []
     for it in items:
         if isinstance(it, Drop):
             out.append({"drop": [list(r) for r in it.ranges]})
         elif isinstance(it, Reposition):
             out.append({"reposition": True})
+        elif isinstance(it, Salt):
+            continue
         else:
             out.append(int(it))
     return out
 
 
-def decode_items(raw: Any) -> list[Item]:
+def decode_items(raw: Any, vocab_size: int | None = None) -> list[Item]:
+    """Parse :func:`encode_items`'s form; token ids must lie in ``[0, vocab_size)`` when given."""
     if not isinstance(raw, list):
         raise SnapshotError("snapshot metadata: items must be a list", field="items", value=type(raw).__name__)
     items: list[Item] = []
     for x in raw:
         if isinstance(x, int) and not isinstance(x, bool):
+            if x < 0 or (vocab_size is not None and x >= vocab_size):
+                raise SnapshotError(f"snapshot metadata: token id {x} is outside the vocabulary "
+                                    f"[0, {vocab_size if vocab_size is not None else 'inf'})", field="items", value=x)
             items.append(x)
         elif isinstance(x, dict) and x.get("reposition") is True:
             items.append(REPOSITION)
         elif isinstance(x, dict) and isinstance(x.get("drop"), list):
             try:
-                items.append(Drop(tuple((int(s), int(e)) for s, e in x["drop"])))
+                ranges = tuple((int(s), int(e)) for s, e in x["drop"])
+                if any(s < 0 for s, _ in ranges):
+                    raise ValueError("negative token index")
+                items.append(Drop(ranges))
             except (AssertionError, TypeError, ValueError) as err:
-                raise SnapshotError(f"snapshot metadata: bad drop event {x!r}", field="items", value=x) from err
+                raise SnapshotError(f"snapshot metadata: bad drop event {show(x)}", field="items", value=x) from err
         else:
-            raise SnapshotError(f"snapshot metadata: unknown item {x!r}", field="items", value=x)
+            raise SnapshotError(f"snapshot metadata: unknown item {show(x)}", field="items", value=x)
     return items
 
 
@@ -88,12 +139,33 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _raw(t: torch.Tensor) -> bytes:
+    """The tensor's bytes as stored (any dtype, bfloat16 included)."""
+    return t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
 def _checksum(tensors: Mapping[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(tensors):
         h.update(name.encode())
-        h.update(tensors[name].contiguous().cpu().numpy().tobytes())
+        h.update(_raw(tensors[name]))
     return h.hexdigest()
+
+
+def _mac(secret: bytes, meta_json: str, tensors: Mapping[str, torch.Tensor]) -> str:
+    """HMAC-SHA256 of the metadata and of every tensor's name, dtype, shape and bytes."""
+    h = hmac.new(secret, digestmod=hashlib.sha256)
+    h.update(FORMAT.encode() + b"\0" + meta_json.encode() + b"\0")
+    for name in sorted(tensors):
+        t = tensors[name]
+        h.update(f"{name}\0{t.dtype}\0{list(t.shape)}\0".encode())
+        h.update(_raw(t))
+    return h.hexdigest()
+
+
+def new_secret() -> bytes:
+    """A fresh random snapshot secret (32 bytes)."""
+    return secrets.token_bytes(32)
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -101,11 +173,15 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
 
 
-def save_session(engine: Engine, messages: Sequence[Any], schedule: Any, path: str | Path) -> SnapshotInfo:
-    """Compute (or reuse) the history of ``messages`` + ``schedule`` and write it to ``path``."""
+# ---------------------------------------------------------------------- bytes <-> tree
+
+def encode_session(engine: Engine, messages: Sequence[Any], schedule: Any, *, salt: str | None = None,
+                   secret: bytes | None = None) -> Encoded:
+    """Compute (or reuse, in ``salt``'s namespace) the history of ``messages`` + ``schedule`` and
+    serialise it; with ``secret`` the bytes carry an HMAC that :func:`warm` checks."""
     layout = engine.layout(messages, schedule)
-    items = layout.items
-    engine.prefill(messages, schedule)
+    items = salted(layout.items, salt)
+    engine.prefill(messages, schedule, salt=salt)
     match = engine.tree.match(items)
     assert match.n_items == len(items), "the history was just inserted"
     last = match.last
@@ -136,32 +212,37 @@ def save_session(engine: Engine, messages: Sequence[Any], schedule: Any, path: s
         }
     finally:
         engine.tree.unlock(last)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    save_file(tensors, str(tmp), metadata={"akv": json.dumps(meta)})
-    tmp.replace(target)
-    return SnapshotInfo(str(target), n, int(has.sum()), target.stat().st_size)
+    meta_json = json.dumps(meta)
+    header = {"akv": meta_json}
+    if secret is not None:
+        header[MAC_KEY] = _mac(secret, meta_json, tensors)
+    return Encoded(save_bytes(tensors, metadata=header), n, int(has.sum()))
 
 
-def _read(engine: Engine, path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    if not path.is_file():
-        raise SnapshotError(f"snapshot {str(path)!r} does not exist", field="path", value=str(path))
+def _parse(engine: Engine, data: bytes, label: str, field: str,
+           secret: bytes | None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     try:
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as fh:
-            raw_meta = (fh.metadata() or {}).get("akv")
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise SnapshotError(f"snapshot {str(path)!r} is not a readable safetensors file: {err}",
-                            field="path", value=str(path)) from err
-    if raw_meta is None:
-        raise SnapshotError(f"snapshot {str(path)!r} has no AKV metadata", field="path", value=str(path))
+        tensors = load_bytes(data)
+        size = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8:8 + size])
+        raw_meta = (header.get("__metadata__") or {}) if isinstance(header, dict) else {}
+    except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as err:
+        raise SnapshotError(f"snapshot {label!r} is not a readable safetensors file: {type(err).__name__}",
+                            field=field, value=label) from err
+    meta_json = raw_meta.get("akv")
+    if not isinstance(meta_json, str):
+        raise SnapshotError(f"snapshot {label!r} has no AKV metadata", field=field, value=label)
+    if secret is not None:
+        mac = raw_meta.get(MAC_KEY)
+        if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(secret, meta_json, tensors)):
+            raise SnapshotError(f"snapshot {label!r} is not authentic: its HMAC is missing or does not match (the "
+                                "file was edited, or saved by another server)", field="mac", value=label)
     try:
-        meta = json.loads(raw_meta)
+        meta = json.loads(meta_json)
     except json.JSONDecodeError as err:
-        raise SnapshotError(f"snapshot {str(path)!r}: metadata is not JSON", field="path", value=str(path)) from err
+        raise SnapshotError(f"snapshot {label!r}: metadata is not JSON", field=field, value=label) from err
+    if not isinstance(meta, dict):
+        raise SnapshotError(f"snapshot {label!r}: metadata is not a JSON object", field=field, value=label)
     g = engine.geometry
     checks = [
         ("format", meta.get("format"), FORMAT),
@@ -173,19 +254,24 @@ def _read(engine: Engine, path: Path) -> tuple[dict[str, Any], dict[str, torch.T
     ]
     for name, got, want in checks:
         if got != want:
-            raise SnapshotError(f"snapshot {str(path)!r} was made for {name} {got!r}; this engine has {want!r}",
+            raise SnapshotError(f"snapshot {label!r} was made for {name} {show(got)}; this engine has {want!r}",
                                 field=name, value=got)
     if meta.get("checksum") != _checksum(tensors):
-        raise SnapshotError(f"snapshot {str(path)!r}: tensor checksum mismatch (corrupt file)",
+        raise SnapshotError(f"snapshot {label!r}: tensor checksum mismatch (corrupt file)",
                             field="checksum", value=meta.get("checksum"))
     return meta, tensors
 
 
-def load_session(engine: Engine, path: str | Path) -> SnapshotInfo:
-    """Warm ``engine``'s tree with a saved history (validated first; refused files change nothing)."""
-    target = Path(path)
-    meta, tensors = _read(engine, target)
-    items = decode_items(meta.get("items"))
+def warm(engine: Engine, data: bytes, *, label: str, field: str = "path", salt: str | None = None,
+         secret: bytes | None = None) -> Warmed:
+    """Warm ``engine``'s tree, in ``salt``'s namespace, with snapshot bytes.
+
+    Everything is validated first; a refused snapshot raises :class:`SnapshotError` (naming it by
+    ``label``, never otherwise) and changes nothing. With ``secret``, bytes without a valid MAC
+    under it are refused before anything else is believed.
+    """
+    meta, tensors = _parse(engine, data, label, field, secret)
+    items = decode_items(meta.get("items"), engine.model.vocab_size)
     if not items or not isinstance(items[-1], int):
         raise SnapshotError("snapshot metadata: the history must end with a token", field="items", value=None)
     try:
@@ -194,25 +280,36 @@ def load_session(engine: Engine, path: str | Path) -> SnapshotInfo:
         raise SnapshotError(f"snapshot metadata: inconsistent history ({err})", field="items", value=None) from err
     n = history.n_tokens
     has = np.zeros(n, dtype=bool)
+    ranges = meta.get("kv_ranges", [])
     try:
-        for s, e in meta.get("kv_ranges", []):
+        for s, e in ranges:
             if not 0 <= int(s) < int(e) <= n:
                 raise SnapshotError(f"snapshot metadata: KV range {[s, e]} is outside the {n} tokens",
                                     field="kv_ranges", value=[s, e])
             has[int(s):int(e)] = True
     except (TypeError, ValueError) as err:
+        if isinstance(err, SnapshotError):
+            raise
         raise SnapshotError("snapshot metadata: kv_ranges must be [[start, end], ...]", field="kv_ranges",
                             value=None) from err
     keys, values = tensors.get("keys"), tensors.get("values")
     g = engine.geometry
+    dtype = engine.model.dtype
     want = (g.n_layers, g.n_kv_heads, int(has.sum()), g.head_dim)
-    if keys is None or values is None or tuple(keys.shape) != want or tuple(values.shape) != want:
-        raise SnapshotError(f"snapshot tensors must be {want}", field="keys",
-                            value=None if keys is None else list(keys.shape))
+    if (keys is None or values is None or tuple(keys.shape) != want or tuple(values.shape) != want
+            or keys.dtype != dtype or values.dtype != dtype):
+        raise SnapshotError(f"snapshot tensors must be {want} of {dtype}", field="keys",
+                            value=None if keys is None else [*keys.shape, str(keys.dtype)])
+    end_hidden = tensors.get("end_hidden")
+    hidden_size = int(engine.model.embed_tokens.weight.shape[1])
+    if end_hidden is not None and (tuple(end_hidden.shape) != (hidden_size,) or end_hidden.dtype != dtype):
+        raise SnapshotError(f"snapshot tensor end_hidden must be ({hidden_size},) of {dtype}", field="end_hidden",
+                            value=[*end_hidden.shape, str(end_hidden.dtype)])
     col = np.cumsum(has) - 1
     device = engine.model.device
-    end_hidden = tensors.get("end_hidden")
     # Validated: now warm the tree, as if a request had computed exactly the stored tokens.
+    items = salted(items, salt)
+    history = replay(items)
     tree = engine.tree
     match = tree.match(items)
     if match.last is not None:
@@ -234,4 +331,82 @@ def load_session(engine: Engine, path: str | Path) -> SnapshotInfo:
     if hidden is not None and end is not tree.root and end.end_hidden is None:
         end.end_hidden = hidden
     release(tree, end)
-    return SnapshotInfo(str(target), n, int(has.sum()), target.stat().st_size)
+    return Warmed(n, int(has.sum()))
+
+
+# ---------------------------------------------------------------------- files, never through a link
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def read_file(path: Path, *, label: str, field: str = "path", max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path``; a symbolic link, a directory or a device there
+    is refused (:class:`SnapshotError` naming ``label``, never the path)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise SnapshotError(f"snapshot {label!r} does not exist", field=field, value=label) from None
+    except OSError as err:
+        why = "is a symbolic link" if err.errno == errno.ELOOP else f"cannot be opened ({err.strerror})"
+        raise SnapshotError(f"snapshot {label!r} {why}; refused", field=field, value=label) from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise SnapshotError(f"snapshot {label!r} is not a regular file; refused", field=field, value=label)
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise SnapshotError(f"snapshot {label!r} is {st.st_size} bytes, more than the {max_bytes} allowed",
+                                field=field, value=label)
+        return fh.read()
+
+
+def write_file(path: Path, data: bytes, *, label: str, field: str = "path", overwrite: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically: a fresh temporary file (mode 0600, never through a
+    link) renamed into place. A link at ``path`` is replaced, never followed. Without
+    ``overwrite`` an existing name (any kind of entry) raises :class:`SnapshotExistsError`."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o600)
+    except OSError as err:
+        raise SnapshotError(f"snapshot {label!r} cannot be written ({err.strerror})", field=field,
+                            value=label) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if overwrite:
+            os.replace(tmp, path)  # rename(2) replaces a link itself; it never writes through one
+            return
+        try:
+            os.link(tmp, path, follow_symlinks=False)  # atomic: fails if the name exists in any form
+        except FileExistsError:
+            raise SnapshotExistsError(f"snapshot {label!r} already exists; pass overwrite to replace it",
+                                      field="name", value=label) from None
+    except OSError as err:
+        raise SnapshotError(f"snapshot {label!r} cannot be written ({err.strerror})", field=field,
+                            value=label) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------- the library API
+
+def save_session(engine: Engine, messages: Sequence[Any], schedule: Any, path: str | Path, *,
+                 salt: str | None = None, secret: bytes | None = None) -> SnapshotInfo:
+    """Compute (or reuse) the history of ``messages`` + ``schedule`` and write it to ``path``
+    (replacing what is there; the parent directory is created)."""
+    target = Path(path)
+    encoded = encode_session(engine, messages, schedule, salt=salt, secret=secret)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_file(target, encoded.data, label=str(target))
+    return SnapshotInfo(str(target), encoded.tokens, encoded.kv_tokens, len(encoded.data))
+
+
+def load_session(engine: Engine, path: str | Path, *, salt: str | None = None,
+                 secret: bytes | None = None) -> SnapshotInfo:
+    """Warm ``engine``'s tree with a saved history (validated first; refused files change nothing)."""
+    target = Path(path)
+    data = read_file(target, label=str(target))
+    done = warm(engine, data, label=str(target), salt=salt, secret=secret)
+    return SnapshotInfo(str(target), done.tokens, done.kv_tokens, len(data))

@@ -9,6 +9,9 @@ Routes: ``POST /v1/chat/completions`` (``stream`` as server-sent events), ``GET 
 that SGLang-based servers lack). With a survival manager, ``session_id`` + ``tool_gap`` (or a reply that
 ends in a tool call) pause the session on its tool (``engine.survival``). Every error is an OpenAI-style object
 ``{"error": {"message", "type", "param", "code"}}`` whose message names the field and value.
+With API keys (``engine.server.tenants``) every route but ``/health`` (and ``/metrics`` when public)
+answers 401 without ``Authorization: Bearer KEY``; each key is a tenant with its own sessions,
+snapshots (``engine.server.snapshots``) and cache namespace.
 """
 
 from __future__ import annotations
@@ -20,25 +23,33 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.engine import ChatResult, Engine
-from engine.errors import AKVError, CapacityError, MessageError
+from engine.errors import AKVError, CapacityError
 from engine.plan import TokenUsage
 from engine.schedule import parse_schedule
+from engine.server.body import json_body
+from engine.server.limits import BodyLimitMiddleware, ServerLimits, install_error_shape
 from engine.server.metrics import Metrics
+from engine.server.prepare import prepare_chat, prepare_score
 from engine.server.scheduler import Job, Scheduler, TimeoutError_
 from engine.server.schemas import CacheLoadRequest, CacheSaveRequest, ChatRequest, ScoreRequest
 from engine.server.sessions import Sessions
+from engine.server.snapshots import SnapshotStore
+from engine.server.tenants import AuthMiddleware, Tenants, tenant_of
 from engine.server.toolcalls import reply_message
 from engine.survival import SurvivalManager, ToolGap
-from engine.template import normalize_message
 
 DEFAULT_MAX_TOKENS = 256
+ChatBody = Annotated[ChatRequest, Depends(json_body(ChatRequest))]
+ScoreBody = Annotated[ScoreRequest, Depends(json_body(ScoreRequest))]
+SaveBody = Annotated[CacheSaveRequest, Depends(json_body(CacheSaveRequest))]
+LoadBody = Annotated[CacheLoadRequest, Depends(json_body(CacheLoadRequest))]
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None,
@@ -58,15 +69,22 @@ def usage_json(u: TokenUsage) -> dict[str, Any]:
 
 def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64, max_batch: int = 8,
                timeout: float = 600.0, aliases: tuple[str, ...] = (), survival: SurvivalManager | None = None,
-               ) -> FastAPI:
+               tenants: Tenants | None = None, snapshot_secret: bytes | None = None,
+               snapshot_quota: int | None = None, limits: ServerLimits | None = None) -> FastAPI:
     """Build the app around ``engine`` (the scheduler starts with the app and stops with it).
 
     ``survival``: a :class:`engine.survival.SurvivalManager` over ``engine.tree`` (default: none).
+    ``tenants``: API keys and their namespaces (``engine.server.tenants``; default: no keys, one
+    anonymous tenant). ``snapshot_secret``: the HMAC key of snapshot files (default: a secret file
+    generated in ``snapshot_dir``); ``snapshot_quota``: bytes of snapshots per tenant (default: no limit).
+    ``limits``: body size, score candidates and tokens, JSON depth (``engine.server.limits``).
     """
+    limits = limits if limits is not None else ServerLimits()
     scheduler = Scheduler(engine, max_queue=max_queue, max_batch=max_batch, timeout=timeout, survival=survival)
     sessions = Sessions()
     metrics = Metrics(scheduler)
-    snapshots = Path(snapshot_dir)
+    store = SnapshotStore(snapshot_dir, secret=snapshot_secret, quota_bytes=snapshot_quota)
+    tenants = tenants if tenants is not None else Tenants()
     names = {engine.name, "default", *aliases}
 
     @asynccontextmanager
@@ -80,6 +98,11 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
     app = FastAPI(title="AKV engine", lifespan=lifespan)
     app.state.scheduler = scheduler
     app.state.engine = engine
+    app.state.tenants = tenants
+    app.state.limits = limits
+    app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)  # 413 before reading a huge body
+    install_error_shape(app)  # 404/405 and unexpected errors as OpenAI error objects
+    app.add_middleware(AuthMiddleware, tenants=tenants)  # 401 without a valid key; request.state.tenant
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -99,7 +122,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
             return _error(503, str(exc), "overloaded_error", exc.field, "queue_full", headers={"Retry-After": "1"})
         if isinstance(exc, TimeoutError_):
             return _error(504, str(exc), "timeout_error", exc.field, "timeout")
-        code = "context_length_exceeded" if exc.status == 413 else type(exc).__name__
+        code = getattr(exc, "code", None) or ("context_length_exceeded" if exc.status == 413 else type(exc).__name__)
         return _error(exc.status, str(exc), "invalid_request_error", exc.field, code)
 
     @app.exception_handler(RuntimeError)
@@ -133,31 +156,30 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
         return Job(loop=loop, future=loop.create_future(), deadline=time.monotonic() + (deadline_s or timeout), **kw)
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(req: ChatRequest) -> Any:
+    async def chat(req: ChatBody, request: Request) -> Any:
         t0 = time.perf_counter()
+        tenant = tenant_of(request.state)
+        sid = tenant.session_key(req.session_id)  # sessions are per tenant
         if req.model is not None and req.model not in names:
             return _error(404, f"model: {req.model!r} is not served here (serving {engine.name!r})",
                           "not_found_error", "model", "model_not_found")
         if req.n != 1:
             raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
-        if not req.messages:
-            raise MessageError("messages: must be a non-empty list", field="messages", value=[])
-        for i, m in enumerate(req.messages):
-            normalize_message(m, i)
-        schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
-        sessions.check(req.session_id, req.messages, schedule)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+        # validation, session check and tokenization on a pool thread, never on the engine thread
+        ready = await asyncio.to_thread(prepare_chat, engine, req, sessions, sid, tenant.salt, max_tokens)
+        schedule = ready.schedule
         gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
         if gap is not None and req.session_id is None:
             raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        args = {"messages": req.messages, "schedule": schedule,
-                "max_tokens": DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+        args = {"messages": req.messages, "schedule": schedule, "prepared": ready.prepared, "max_tokens": max_tokens,
                 "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "stop": req.stop_list(),
-                "prefix": req.prefix}
+                "prefix": req.prefix, "salt": tenant.salt}
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if not req.stream:
-            result: ChatResult = await run(new_job(req.timeout, chat=args, session=req.session_id, tool_gap=gap))
-            sessions.update(req.session_id, req.messages, schedule)
+            result: ChatResult = await run(new_job(req.timeout, chat=args, session=sid, tool_gap=gap))
+            sessions.update(sid, req.messages, schedule)
             metrics.latency.observe(time.perf_counter() - t0)
             message, finish = reply_message(result.text, result.finish_reason, bool(req.tools))
             choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
@@ -165,13 +187,14 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
                 choice["token_ids"] = list(result.token_ids)
             return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": engine.name,
                     "choices": [choice], "usage": usage_json(result.usage)}
-        return await stream(req, args, rid, schedule, t0)
+        return await stream(req, args, rid, schedule, t0, sid)
 
-    async def stream(req: ChatRequest, args: dict[str, Any], rid: str, schedule: Any, t0: float) -> Response:
+    async def stream(req: ChatRequest, args: dict[str, Any], rid: str, schedule: Any, t0: float,
+                     sid: str | None) -> Response:
         pieces: asyncio.Queue[str] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         job = new_job(req.timeout, chat=args, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
-                      session=req.session_id, tool_gap=ToolGap.from_wire(req.tool_gap) if req.tool_gap else None)
+                      session=sid, tool_gap=ToolGap.from_wire(req.tool_gap) if req.tool_gap else None)
         scheduler.submit(job)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
@@ -217,7 +240,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
                     yield f"data: {json.dumps({'error': {'message': str(error), 'code': status}})}\n\n"
                     return
                 result: ChatResult = job.future.result()
-                sessions.update(req.session_id, req.messages, schedule)
+                sessions.update(sid, req.messages, schedule)
                 metrics.latency.observe(time.perf_counter() - t0)
                 yield chunk({}, result.finish_reason)
                 if include_usage:
@@ -235,35 +258,31 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @app.post("/v1/akv/score", response_model=None)
-    async def score(req: ScoreRequest) -> Any:
+    async def score(req: ScoreBody, request: Request) -> Any:
         """AKV extension: log-likelihood of each candidate (``Engine.score`` on the worker thread)."""
+        salt = tenant_of(request.state).salt
         if req.model is not None and req.model not in names:
             return _error(404, f"model: {req.model!r} is not served here (serving {engine.name!r})",
                           "not_found_error", "model", "model_not_found")
-        if not req.messages:
-            raise MessageError("messages: must be a non-empty list", field="messages", value=[])
-        for i, m in enumerate(req.messages):
-            normalize_message(m, i)
-        schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
-        result = await run(new_job(req.timeout, call=lambda eng: eng.score(req.messages, req.candidates, schedule,
-                                                                           prefix=req.prefix)))
+        prepared = await asyncio.to_thread(prepare_score, engine, req, limits, salt)  # 413 before model work
+        result = await run(new_job(req.timeout, call=lambda eng: eng.score(req.messages, req.candidates,
+                                                                           prepared=prepared)))
         return {"object": "akv.score", "model": engine.name, "candidates": result.candidates,
                 "logprobs": result.logprobs, "n_tokens": result.n_tokens, "best": result.best,
                 "best_norm": result.best_norm, "usage": usage_json(result.usage)}
 
     @app.post("/v1/cache/save")
-    async def cache_save(req: CacheSaveRequest) -> dict[str, Any]:
+    async def cache_save(req: SaveBody, request: Request) -> dict[str, Any]:
+        tenant = tenant_of(request.state)
         schedule = parse_schedule(req.schedule(), n_messages=len(req.messages))
-        path = snapshots / f"{req.name}.safetensors"
-        info = await run(new_job(None, call=lambda eng: eng.save_session(req.messages, schedule, path)))
-        return {"name": req.name, "path": info.path, "tokens": info.tokens, "kv_tokens": info.kv_tokens,
-                "bytes": info.bytes}
+        info = await run(new_job(None, call=lambda eng: store.save(eng, tenant, req.name, req.messages, schedule,
+                                                                   overwrite=req.overwrite)))
+        return info.as_json()
 
     @app.post("/v1/cache/load")
-    async def cache_load(req: CacheLoadRequest) -> dict[str, Any]:
-        path = snapshots / f"{req.name}.safetensors"
-        info = await run(new_job(None, call=lambda eng: eng.load_session(path)))
-        return {"name": req.name, "path": info.path, "tokens": info.tokens, "kv_tokens": info.kv_tokens,
-                "bytes": info.bytes}
+    async def cache_load(req: LoadBody, request: Request) -> dict[str, Any]:
+        tenant = tenant_of(request.state)
+        info = await run(new_job(None, call=lambda eng: store.load(eng, tenant, req.name)))
+        return info.as_json()
 
     return app

@@ -59,5 +59,10 @@ class ServerThread:
 
 
 def serve(app: Any, host: str, port: int) -> None:
-    """Serve ``app`` in the foreground until interrupted."""
+    """Serve ``app`` in the foreground until interrupted (warns when it is open to the network
+    without API keys)."""
+    from engine.server.tenants import Tenants, warn_if_open
+
+    tenants = getattr(getattr(app, "state", None), "tenants", None)
+    warn_if_open(tenants if isinstance(tenants, Tenants) else Tenants(), host)
     uvicorn.run(app, host=host, port=port, log_level="info")

@@ -2,31 +2,46 @@
 
 Only the edge uses pydantic: request bodies are validated here, then handed to the engine as
 plain dicts (the engine re-validates messages and schedules with its own error types).
+
+Validation is strict (``STRICT``): a field typed as an integer, boolean or string takes only that
+JSON type (``max_tokens: true``, ``stream: "yes"`` and ``n: 1.0`` are 400s, not coerced), numbers
+must be finite, and ``stop`` strings must be non-empty. Bodies are parsed by ``engine.server.body``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+STRICT = ConfigDict(strict=True, allow_inf_nan=False)
+MAX_STOP = 16
+"""Most stop strings per request (OpenAI allows 4; each is searched for after every token)."""
+MAX_STOP_CHARS = 1000
+SEED_RANGE = 1 << 63
+"""``seed`` must lie in [-2**63, 2**63) (a signed 64-bit integer)."""
+
+Seconds = Annotated[float, Field(gt=0, le=365 * 86400.0)]
 
 
 class StreamOptions(BaseModel):
+    model_config = STRICT
+
     include_usage: bool = False
 
 
 class ChatRequest(BaseModel):
     """``POST /v1/chat/completions``. Unknown OpenAI fields are accepted and ignored."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=256)
     messages: list[Any]
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-SEED_RANGE, lt=SEED_RANGE)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -37,9 +52,9 @@ class ChatRequest(BaseModel):
     drop_rule: Any = None
     cache: dict[str, Any] | None = None
     # AKV extensions
-    session_id: str | None = Field(default=None, max_length=256)
+    session_id: str | None = Field(default=None, min_length=1, max_length=256)
     prefix: str = ""
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: Seconds | None = None
     # AKV extension: also return the generated token ids (choices[0].token_ids; non-streaming only)
     return_token_ids: bool = False
     # tool-gap survival: after this reply the session waits on a tool ({"expected_s", "tool", "side_effect"})
@@ -47,6 +62,21 @@ class ChatRequest(BaseModel):
     # OpenAI tools: when given, <tool_call> blocks in the reply come back as message.tool_calls. The
     # templates do not render tool specs: list the tools in the system prompt (as the task suites do).
     tools: list[Any] | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _check_stop(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        stops = [value] if isinstance(value, str) else value
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise ValueError("stop must be a string or a list of strings")
+        if len(stops) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop strings are accepted, got {len(stops)}")
+        for s in stops:
+            if not 0 < len(s) <= MAX_STOP_CHARS:
+                raise ValueError(f"a stop string must have 1 to {MAX_STOP_CHARS} characters, got {len(s)}")
+        return value
 
     def schedule(self) -> dict[str, Any]:
         return {"drop_message": self.drop_message, "reposition": self.reposition,
@@ -62,10 +92,13 @@ class ScoreRequest(BaseModel):
     """``POST /v1/akv/score`` (AKV extension): log-likelihood of candidate continuations.
 
     The context is the rendered ``messages`` under the schedule plus ``prefix`` (text the
-    assistant's reply starts with); see ``engine.Engine.score``.
+    assistant's reply starts with); see ``engine.Engine.score``. The server caps the number of
+    candidates and their tokens (``engine.server.limits.ServerLimits``).
     """
 
-    model: str | None = None
+    model_config = STRICT
+
+    model: str | None = Field(default=None, max_length=256)
     messages: list[Any]
     candidates: list[str]
     prefix: str = ""
@@ -73,7 +106,7 @@ class ScoreRequest(BaseModel):
     reposition: list[Any] | None = None
     drop_rule: Any = None
     cache: dict[str, Any] | None = None
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: Seconds | None = None
 
     def schedule(self) -> dict[str, Any]:
         return {"drop_message": self.drop_message, "reposition": self.reposition,
@@ -81,10 +114,14 @@ class ScoreRequest(BaseModel):
 
 
 class CacheSaveRequest(BaseModel):
-    """``POST /v1/cache/save``: write a history's KV to ``name`` under the server's snapshot dir."""
+    """``POST /v1/cache/save``: write a history's KV to ``name`` in the tenant's snapshots
+    (an existing ``name`` is refused with 409 unless ``overwrite``)."""
+
+    model_config = STRICT
 
     messages: list[Any]
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
+    overwrite: bool = False
     drop_message: dict[str, Any] | None = None
     reposition: list[Any] | None = None
     drop_rule: Any = None
@@ -97,6 +134,8 @@ class CacheSaveRequest(BaseModel):
 
 class CacheLoadRequest(BaseModel):
     """``POST /v1/cache/load``: warm the tree from a saved file."""
+
+    model_config = STRICT
 
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
 

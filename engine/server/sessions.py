@@ -32,10 +32,13 @@ class Sessions:
         self.capacity = capacity
 
     def check(self, session_id: str | None, messages: Sequence[Any], schedule: Schedule) -> None:
-        """Raise if this request edits the session's history (messages or past schedule entries)."""
-        if session_id is None or session_id not in self._states:
+        """Raise if this request edits the session's history (messages or past schedule entries).
+
+        May run on a pool thread while the event loop calls :meth:`update` (one dict read).
+        """
+        old = self._states.get(session_id) if session_id is not None else None
+        if old is None:
             return
-        old = self._states[session_id]
         new = [normalize_message(m, i) for i, m in enumerate(messages)]
         if len(new) < len(old.messages):
             raise MessageError(
