@@ -1,29 +1,181 @@
-"""``akv eval``: score one policy, or compare several, on a task suite (library calls only)."""
+"""``akv eval``: score one policy, or compare several, on a task suite (library calls only).
+
+The policy is a family name (``--policy``), several (``--compare``), a program file or a module
+written by ``akv export`` (``--program``: read, never imported; the program runs in the sandbox),
+or a candidate of a search run (``--run``/``--pick``, resolved by ``rsi.export.pick_spec``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from engine.errors import AKVError
+from evals.errors import TaskError
 from evals.metrics import wilson_interval
 from evals.probes import ProbeFormat
 from evals.replay import EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.tasks.schema import Task
+
+ALL_SPLITS = "all"
 
 
-def select_suite(suite: str, split: str, limit: int) -> list[Any]:
+@dataclass(frozen=True)
+class Selection:
+    """Tasks chosen for an evaluation. ``split``: the split they come from (``all``: every task)."""
+
+    tasks: list[Task]
+    split: str
+
+
+def load_tasks(suite: str, split: str | None, limit: int = 0) -> Selection:
+    """The tasks of ``split`` of a suite or task file, at most ``limit`` (0: all) spread over families.
+
+    ``split=None``: ``train`` when the task set has a train split, else every task (a hand-written
+    file, whose tasks default to split ``custom``). ``split="all"``: every task.
+
+    Raises:
+        TaskError: an unknown suite or path, malformed tasks, a split the task set does not have
+            (the message lists its splits), no tasks, or two tasks with the same id.
+    """
     from evals.tasks import load_suite
     from rsi.search import select_tasks
 
-    return select_tasks(load_suite(suite, split), limit)
+    tasks = load_suite(suite, None)
+    if not tasks:
+        raise TaskError(f"{suite} holds no tasks", field="suite", value=suite)
+    have = sorted({t.split for t in tasks})
+    if split is None:
+        split = "train" if "train" in have else ALL_SPLITS
+    if split != ALL_SPLITS:
+        if split not in have:
+            raise TaskError(f"{suite} has no split {split!r}; its splits: {', '.join(have)} (or {ALL_SPLITS})",
+                            field="split", value=split)
+        tasks = [t for t in tasks if t.split == split]
+    seen: set[str] = set()
+    for t in tasks:
+        if t.id in seen:
+            raise TaskError(f"{suite}: task id {t.id!r} occurs twice (ids key token counts and results)",
+                            field="id", value=t.id)
+        seen.add(t.id)
+    return Selection(select_tasks(tasks, limit), split)
 
 
-def summarize(results: list[TaskResult]) -> dict[str, Any]:
-    """Pass rate with a 95% interval, mean cost and its breakdown, tokens, per family."""
+def select_suite(suite: str, split: str | None, limit: int) -> list[Task]:
+    """The tasks of :func:`load_tasks` (``akv live``)."""
+    return load_tasks(suite, split, limit).tasks
+
+
+@dataclass(frozen=True)
+class ProgramFile:
+    """A policy program read from a file.
+
+    Attributes:
+        source: the program (checked by ``check_program``; it only ever runs in the sandbox).
+        params: its parameters (an exported module's ``PARAMS``; empty for a plain program).
+        exported: the file is a module written by ``akv export``.
+    """
+
+    source: str
+    params: dict[str, Any] = field(default_factory=dict)
+    exported: bool = False
+
+
+_EXPORTED = ("PROGRAM_SOURCE", "PARAMS", "PROGRAM_SHA256")
+
+
+def read_program_file(path: str | Path) -> ProgramFile:
+    """A program file, or a module written by ``akv export`` (``search_spaces.export``), read
+    without importing or running it: an exported module's ``PROGRAM_SOURCE``, ``PARAMS`` and
+    ``PROGRAM_SHA256`` are read as literals from its syntax tree.
+
+    Raises:
+        OSError: the file cannot be read.
+        PolicyError: the program is refused by the checker (the reason is the checker's), an
+            exported module's constants are not literals of the right types, or its source does
+            not match its ``PROGRAM_SHA256`` (it was edited).
+    """
+    from search_spaces import PolicyError, check_program
+
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    found: dict[str, Any] = {}
+    try:
+        tree: ast.Module | None = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None  # not Python: check_program says why below
+    for node in tree.body if tree is not None else ():
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in _EXPORTED):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                raise PolicyError(f"{path}: {node.targets[0].id} is not a literal (line {node.lineno}); regenerate "
+                                  "the module with akv export", field="program", value=str(path)) from None
+    program = ProgramFile(text)
+    if "PROGRAM_SOURCE" in found:
+        source, params = found["PROGRAM_SOURCE"], found.get("PARAMS", {})
+        if not isinstance(source, str) or not isinstance(params, dict):
+            raise PolicyError(f"{path}: PROGRAM_SOURCE must be a string and PARAMS a dict in an exported module",
+                              field="program", value=str(path))
+        program = ProgramFile(source, params, exported=True)
+    check = check_program(program.source)
+    if not check.ok:
+        raise PolicyError(f"{path}: the program is refused: {check.reason}", field="program", value=str(path))
+    if program.exported and found.get("PROGRAM_SHA256", check.sha256) != check.sha256:
+        raise PolicyError(f"{path}: PROGRAM_SOURCE does not match PROGRAM_SHA256 (the module was edited); "
+                          "regenerate it with akv export", field="program", value=str(path))
+    return program
+
+
+def policy_specs(args: argparse.Namespace, params: dict[str, Any],
+                 picked: PolicySpec | None = None) -> list[PolicySpec]:
+    """The policies of an ``akv eval`` command line, each built once so that a bad name, parameter
+    or program is an error now rather than a failed result per task.
+
+    Raises:
+        AKVError: no policy given, ``--params`` with ``--compare`` or ``--run``, or what building
+            a policy raises (unknown name, bad parameter, refused program).
+    """
+    from rsi.search import parse_expert
+
+    if params and (args.compare or picked is not None):
+        raise AKVError("--params goes with --policy or --program (with --compare, write NAME:k=v,k=v)",
+                       field="params", value=args.params)
+    if picked is not None:
+        specs = [picked]
+    elif args.program:
+        program = read_program_file(args.program)
+        specs = [PolicySpec("program", {**program.params, **params}, source=program.source,
+                            label=f"program:{Path(args.program).name}")]
+    elif args.compare:
+        specs = [parse_expert(x.strip()) for x in args.compare.split(",") if x.strip()]
+        specs = [PolicySpec(s.name, s.params, label=s.name + (f"({s.label.split('(', 1)[1]}" if "(" in s.label else ""))
+                 for s in specs]
+    elif args.policy:
+        specs = [PolicySpec(args.policy, params)]
+    else:
+        raise AKVError("give a policy: --policy NAME, --compare A,B,..., --program FILE.py or --run RUN_DIR",
+                       field="policy")
+    for s in specs:
+        s.build()
+    return specs
+
+
+def summarize(results: list[TaskResult], config: EvalConfig | None = None) -> dict[str, Any]:
+    """Pass rate with a 95% interval, mean cost and its breakdown, tokens, per family.
+
+    ``scoring`` names what decided ``pass_rate`` (``EvalConfig.scoring``); the greedy-answer
+    rates (``exact_match``, ``contains_match``) are ``None`` when nothing was generated.
+    """
+    config = config or EvalConfig()
     ok = [r for r in results if r.ok]
     probes = [p for r in ok for p in r.probes]
     passed = sum(p.passed for p in probes)
@@ -36,9 +188,13 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
         "policy": results[0].policy if results else "", "tasks": len(results), "failed": len(results) - len(ok),
         "pass_rate": passed / len(probes) if probes else math.nan,
         "pass_rate_ci95": [iv.low, iv.high] if iv else None,
-        "exact_match": sum(p.exact for p in probes) / len(probes) if probes else math.nan,
-        "contains_match": sum(p.contains for p in probes) / len(probes) if probes else math.nan,
+        "scoring": config.scoring,
+        "exact_match": (sum(p.exact for p in probes) / len(probes) if probes else math.nan) if config.generate
+        else None,
+        "contains_match": (sum(p.contains for p in probes) / len(probes) if probes else math.nan) if config.generate
+        else None,
         "mc_accuracy": sum(p.mc_correct for p in probes) / len(probes) if probes else math.nan,
+        "mc_norm_accuracy": sum(p.mc_norm_correct for p in probes) / len(probes) if probes else math.nan,
         "cost_cents_mean": sum(r.cost_cents for r in ok) / n,
         "cost_by_category_cents": {k: sum(getattr(r.cost, k) for r in ok) * 100 / n
                                    for k in ("input", "cached", "repos", "output", "summary")},
@@ -50,7 +206,8 @@ def summarize(results: list[TaskResult]) -> dict[str, Any]:
     }
 
 
-def _print_table(rows: list[dict[str, Any]]) -> None:
+def _print_table(rows: list[dict[str, Any]], scoring: str) -> None:
+    print(f"pass: probes passed by {scoring} scoring")
     print(f"{'policy':26s} {'pass':>6s} {'95% CI':>13s} {'cost (c)':>9s} {'input':>7s} {'cached':>7s} "
           f"{'repos':>6s} {'output':>7s} {'summary':>7s} {'prefill tok':>11s} {'failed':>6s}")
     for s in rows:
@@ -59,6 +216,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         print(f"{s['policy'][:26]:26s} {s['pass_rate']:6.3f} [{ci[0]:.2f}, {ci[1]:.2f}] {s['cost_cents_mean']:9.4f} "
               f"{c['input']:7.4f} {c['cached']:7.4f} {c['repos']:6.4f} {c['output']:7.4f} {c['summary']:7.4f} "
               f"{s['tokens']['prefill_tokens']:11.0f} {s['failed']:6d}")
+    for s in rows:
+        if s["failed"]:
+            print(f"{s['policy']}: {s['failed']} of {s['tasks']} evaluations failed (no score), e.g. {s['errors'][0]}")
 
 
 def _plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -81,30 +241,39 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def run_eval(args: argparse.Namespace, params: dict[str, Any]) -> int:
-    from engine.engine import Engine
-    from rsi.search import parse_expert
+def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpec | None = None) -> int:
+    """``akv eval`` (see the module docstring); ``picked``: the policy of ``--run``/``--pick``.
 
-    if args.compare:
-        specs = [parse_expert(x.strip()) for x in args.compare.split(",") if x.strip()]
-        specs = [PolicySpec(s.name, s.params, label=s.name + (f"({s.label.split('(', 1)[1]}" if "(" in s.label else ""))
-                 for s in specs]
-    elif args.policy:
-        specs = [PolicySpec(args.policy, params)]
-    else:
-        raise SystemExit("akv eval: give --policy NAME or --compare A,B,...")
-    tasks = select_suite(args.suite, args.split, args.limit)
+    Raises:
+        AKVError: see :func:`policy_specs` and :func:`load_tasks`; an unknown model or rate table.
+    """
+    from engine.engine import Engine
+    from evals.rates import load_rates
+
+    config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(),
+                        generate=bool(args.generate) or args.scoring == "generate")
+    load_rates(config.rates)
+    out = Path(args.out or "eval-results.json")
+    if out.is_dir():  # found now, not after the evaluation
+        raise AKVError(f"--out {out} is a directory; give a file name such as {out / 'results.json'}", field="out",
+                       value=str(out))
+    specs = policy_specs(args, params, picked)
+    selection = load_tasks(args.suite, args.split, args.limit)
+    tasks = selection.tasks
+    bare = [t.id for t in tasks if any(not p.candidates for p in t.probes)]
+    if bare and config.scoring != "generate":
+        raise TaskError(f"{len(bare)} task(s) have probes without candidates (first: {bare[0]}); "
+                        f"--scoring {config.scoring} ranks candidates: give them, or use --scoring generate",
+                        field="candidates", value=bare[0])
     eng = Engine.from_pretrained(args.model, template=args.template)
-    config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat())
     bar = tqdm(total=len(tasks) * len(specs), desc="evaluating", unit="eval")
     results = evaluate(eng, specs, tasks, config, on_result=lambda r: bar.update(1))
     bar.close()
-    rows = [summarize([r for r in results if r.policy == s.display]) for s in specs]
-    _print_table(rows)
-    out = Path(args.out or "eval-results.json")
+    rows = [summarize([r for r in results if r.policy == s.display], config) for s in specs]
+    _print_table(rows, config.scoring)
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload: dict[str, Any] = {"suite": args.suite, "split": args.split, "model": args.model, "template": args.template,
-                               "config": config.as_dict(),
+    payload: dict[str, Any] = {"suite": args.suite, "split": selection.split, "model": args.model,
+                               "template": args.template, "scoring": config.scoring, "config": config.as_dict(),
                                "generator": sorted({f"{r.generator} {r.generator_version}" for r in results})}
     if len(rows) == 1:
         payload.update(rows[0])

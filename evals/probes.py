@@ -14,6 +14,10 @@ Lead-in styles:
   (:mod:`evals.tasks.builder`). Lead-ins never contain the answer.
 - ``cloze``: the generator's paraphrased lead-in (``probe.cloze_prefix``), for larger models.
 - ``none``: no lead-in; the answer must come first.
+
+A task written by hand (no ``generator``) that gives a ``cloze_prefix`` is asked with that lead-in
+under ``verbatim`` too: its author chose the words the answer follows, and its evidence need not
+hold a copy line. Generated tasks keep the verbatim lead-in (the calibrated default).
 """
 
 from __future__ import annotations
@@ -172,11 +176,15 @@ def verbatim_lead_in(task: Task, probe: Probe, max_chars: int = 160, min_chars: 
 
 
 def probe_prompt(task: Task, probe: Probe, fmt: ProbeFormat) -> ProbePrompt:
-    """The question turn, lead-in and candidate continuations of ``probe`` under ``fmt``."""
+    """The question turn, lead-in and candidate continuations of ``probe`` under ``fmt``.
+
+    Under ``verbatim``, a hand-written task (empty ``task.generator``) whose probe has a
+    ``cloze_prefix`` uses that prefix (see the module docstring).
+    """
     question = ({"role": "user", "content": probe.question},) if fmt.ask_question else ()
-    if fmt.lead_in == "verbatim":
+    if fmt.lead_in == "verbatim" and (task.generator or not probe.cloze_prefix):
         lead = verbatim_lead_in(task, probe, fmt.max_lead_chars, fmt.min_lead_chars)
-    elif fmt.lead_in == "cloze":
+    elif fmt.lead_in in ("verbatim", "cloze"):  # verbatim: a hand-written task's own lead-in
         lead = probe.cloze_prefix + " "
     else:
         lead = ""

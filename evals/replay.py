@@ -4,9 +4,14 @@ For one (policy, task): the policy decides at every request point of the traject
 one sandbox process for a program); each request is accounted exactly as a serving system with
 a radix cache would bill it (the engine's dry-run accountant: prefill, cached, repositioned and
 output tokens; text baselines also pay their summary calls and the re-prefill after an edit);
-at each probe the real engine answers under the cache state the schedule produced, by greedy
-generation and by ranking the candidates by log-likelihood. Many policies on one task share
-computed KV through the engine's radix tree, so :func:`evaluate` runs pairs task by task.
+at each probe the real engine answers under the cache state the schedule produced, by ranking
+the candidates by log-likelihood and (``EvalConfig.generate``) by greedy generation. Many policies
+on one task share computed KV through the engine's radix tree, so :func:`evaluate` runs pairs task
+by task.
+
+``drop_evidence`` (a diagnostic, not a policy) answers each probe with exactly its evidence
+dropped; its cost is the session's under the schedule that drops every probe's evidence when the
+probe is asked (cumulative, as a policy would).
 
 A policy that fails (a program refused or crashing, an invalid decision) gives a result with
 ``ok=False`` and the reason; never a score.
@@ -24,17 +29,21 @@ from typing import Any
 from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import ChatEngine
-from engine.schedule import Schedule
+from engine.schedule import Schedule, parse_schedule
 from evals.cost import CostBreakdown, request_cost
 from evals.diagnostics import drop_evidence_schedule
+from evals.errors import TaskError
 from evals.probes import ProbeFormat, answer_matches, probe_prompt
 from evals.rates import Rates, load_rates
 from evals.tasks.schema import Task
-from search_spaces import Episode, Policy, get_policy, request_points
+from search_spaces import Episode, Policy, PolicyKind, get_policy, request_points
 from search_spaces.decision import Decision
 
 DIAGNOSTIC = "drop_evidence"
-SCORINGS = ("loglik", "generate")
+SCORINGS = ("loglik", "loglik-norm", "generate")
+"""What decides a probe's ``passed``: the top candidate by summed log-likelihood (``loglik``, acc), by
+log-likelihood per character of the candidate (``loglik-norm``, lm-evaluation-harness acc_norm), or
+normalised exact match of the greedy answer (``generate``)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,9 @@ class PolicySpec:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """How to score. ``pool_bytes`` bounds the dry-run pool of the cost model (``None``: unlimited)."""
+    """How to score. ``scoring``: what decides a probe's pass (:data:`SCORINGS`); ``generate``: also
+    generate a greedy answer (exact / contains match; needed by ``scoring="generate"``);
+    ``pool_bytes`` bounds the dry-run pool of the cost model (``None``: unlimited)."""
 
     rates: str = "gpt-oss-120b"
     scoring: str = "loglik"
@@ -202,8 +213,8 @@ class Replay:
         config: rates, scoring, probe format, dry-run pool.
 
     An engine that cannot score (``ScoringUnsupportedError``, SGLang-based servers) fails every
-    evaluation with that reason under ``scoring="loglik"``; under ``scoring="generate"`` its probes
-    are judged by the greedy answer and the multiple-choice fields stay empty. A transient error
+    evaluation with that reason under the log-likelihood scorings; under ``scoring="generate"`` its
+    probes are judged by the greedy answer and the multiple-choice fields stay empty. A transient error
     (a server down) is raised, not recorded: it is not the policy's failure.
     """
 
@@ -244,7 +255,9 @@ class Replay:
         msgs = list(task.messages)
         points = list(request_points(msgs))
         probe_cuts = [p.after_message + 1 for p in task.probes]
-        decisions = self._decisions(policy, task, sorted(set(points) | set(probe_cuts)))
+        cuts = sorted(set(points) | set(probe_cuts))
+        decisions = _diagnostic_decisions(task, cuts) if spec.name == DIAGNOSTIC else self._decisions(policy, task,
+                                                                                                      cuts)
         requests = self._account(msgs, points, decisions)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
@@ -309,19 +322,50 @@ class Replay:
         choice = probe.candidates[scored.best] if scored is not None else ""
         mc = scored is not None and probe.candidates[scored.best] == probe.answer
         mc_norm = scored is not None and probe.candidates[scored.best_norm] == probe.answer
-        passed = mc if self.config.scoring == "loglik" else exact
+        passed = {"loglik": mc, "loglik-norm": mc_norm, "generate": exact}[self.config.scoring]
         return ProbeResult(index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
                            choice, mc, mc_norm, tuple(sorted(dropped & set(probe.evidence_ids))), passed)
 
     def _score(self, context: list[dict[str, Any]], continuations: list[str],
                schedule: Schedule | Mapping[str, Any] | None, prefix: str) -> ScoreResult | None:
-        """Candidate log-likelihoods, or ``None`` when the engine cannot score and scoring is by generation."""
+        """Candidate log-likelihoods, or ``None`` when scoring is by generation and the probe has no
+        candidates or the engine cannot score.
+
+        Raises:
+            TaskError: the probe has no candidates and scoring is by log-likelihood.
+        """
+        if not continuations:
+            if self.config.scoring != "generate":
+                raise TaskError("a probe without candidates cannot be scored by log-likelihood: give candidates, "
+                                "or score by generation", field="candidates", value=[])
+            return None
         try:
             return self.engine.score(context, continuations, schedule, prefix=prefix)
         except ScoringUnsupportedError:
-            if self.config.scoring == "loglik":
+            if self.config.scoring != "generate":
                 raise
             return None
+
+
+def _diagnostic_decisions(task: Task, cuts: Sequence[int]) -> dict[int, Decision | None]:
+    """The ``drop_evidence`` session: at request ``n`` (messages ``0..n-1``), the evidence of every
+    probe asked before it (``after_message < n``) is dropped, triggered at the probe's
+    ``after_message`` (each id once, at its first trigger). Probes without evidence drop nothing."""
+    out: dict[int, Decision | None] = {}
+    probes = sorted(task.probes, key=lambda p: p.after_message)
+    for n in cuts:
+        table: dict[str, list[int]] = {}
+        seen: set[int] = set()
+        for p in probes:
+            if p.after_message >= n:
+                break
+            ids = sorted(set(p.evidence_ids) - seen)
+            seen.update(ids)
+            if ids:
+                table.setdefault(str(p.after_message), []).extend(ids)
+        wire = {"drop_message": {k: sorted(v) for k, v in table.items()}}
+        out[n] = Decision(PolicyKind.CACHE, n, schedule=parse_schedule(wire, n)) if table else None
+    return out
 
 
 def evaluate(

@@ -5,6 +5,10 @@
     akv eval --compare full,rolling_drop,standard,text_engineering --plot compare.png
     akv search experiments/quickstart.yaml [--run-dir DIR] | akv search --resume DIR
     akv report DIR | akv export DIR --pick best --out policy.py | akv dashboard DIR
+
+Every command turns the project's errors (``AKVError`` and its subclasses) and unusable user
+files (missing, unreadable, a directory, not JSON or YAML) into one line on stderr and exit
+status 2; ``--debug`` (before or after the command name) shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -16,12 +20,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.errors import AKVError
+
+EXIT_USER_ERROR = 2
+
 
 def _serve(args: argparse.Namespace) -> int:
     import torch
 
     from engine.engine import Engine
     from engine.server import create_app, serve
+    from engine.server.limits import ServerLimits
+    from engine.server.tenants import configure
     from engine.settings import settings
 
     pool = 0 if args.no_reuse else int(args.pool_gb * (1 << 30))
@@ -37,9 +47,19 @@ def _serve(args: argparse.Namespace) -> int:
 
         survival = SurvivalManager(TreeBackend(eng.tree, eng.geometry.bytes_per_token),
                                    get_survival_policy(args.survival))
+    env = settings()
+    tenants = configure(args.api_key or [], args.api_keys_file, env_keys=env.api_keys,
+                        shared=args.shared_cache_tenants or "", public_metrics=args.public_metrics)
+    secret = Path(args.snapshot_secret_file).read_bytes().strip() if args.snapshot_secret_file else None
+    secret = secret or (env.snapshot_secret.encode() if env.snapshot_secret else None)
+    quota = int(args.snapshot_quota_gb * (1 << 30)) if args.snapshot_quota_gb > 0 else None
     app = create_app(eng, snapshot_dir=snapshots, max_queue=args.max_queue, max_batch=args.max_batch,
-                     timeout=args.timeout, aliases=(args.model,), survival=survival)
-    print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots})", flush=True)
+                     timeout=args.timeout, aliases=(args.model,), survival=survival, tenants=tenants,
+                     snapshot_secret=secret, snapshot_quota=quota,
+                     limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_candidates=args.max_candidates,
+                                         max_score_tokens=args.max_score_tokens))
+    keys = f"{len(tenants.names)} API key(s)" if tenants.keyed else "no API keys"
+    print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots}; {keys})", flush=True)
     serve(app, args.host, args.port)
     return 0
 
@@ -50,16 +70,27 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
     out = {}
     for kv in items:
         k, sep, v = kv.partition("=")
-        if not sep:
-            raise SystemExit(f"--params expects key=value, got {kv!r}")
-        out[k.strip()] = yaml.safe_load(v)
+        if not sep or not k.strip():
+            raise AKVError(f"--params expects key=value, got {kv!r}", field="params", value=kv)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as err:
+            raise AKVError(f"--params {kv!r}: the value is not YAML ({yaml_reason(err)})",
+                           field="params", value=kv) from None
     return out
 
 
 def _eval(args: argparse.Namespace) -> int:
     from evals.cli import run_eval
 
-    return run_eval(args, _parse_params(args.params or []))
+    picked = None
+    if args.run:
+        from rsi.export import pick_spec
+
+        picked = pick_spec(Path(args.run), args.pick or "best")
+    elif args.pick is not None:
+        raise AKVError("--pick goes with --run RUN_DIR", field="pick", value=args.pick)
+    return run_eval(args, _parse_params(args.params or []), picked)
 
 
 def _live(args: argparse.Namespace) -> int:
@@ -74,7 +105,16 @@ def _survival_search(args: argparse.Namespace) -> int:
     return main_cli(args)
 
 
+def yaml_reason(err: Exception) -> str:
+    """A YAML error's problem and where it is, on one line."""
+    problem, mark = getattr(err, "problem", None), getattr(err, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem or ' '.join(str(err).split())}{where}"
+
+
 def _search(args: argparse.Namespace) -> int:
+    import yaml
+
     from rsi.config import load_config
     from rsi.search import Search, load_run_config
 
@@ -90,8 +130,12 @@ def _search(args: argparse.Namespace) -> int:
         config = load_run_config(run_dir)
     else:
         if not args.config:
-            raise SystemExit("akv search: give a CONFIG file, or --resume RUN_DIR")
-        config = load_config(args.config, overrides)
+            raise AKVError("give a CONFIG file, or --resume RUN_DIR", field="config")
+        try:
+            config = load_config(args.config, overrides)
+        except yaml.YAMLError as err:
+            raise AKVError(f"{args.config} is not valid YAML: {yaml_reason(err)}", field="config",
+                           value=args.config) from err
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{config.name}-{stamp}"
     t0 = time.perf_counter()
@@ -101,8 +145,10 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from rsi.export import load_archive
     from rsi.report import write_report
 
+    load_archive(Path(args.run_dir))  # a clear error for a directory that holds no run (yet)
     write_report(args.run_dir)
     print(f"report: {(Path(args.run_dir) / 'report.html').resolve()}")
     return 0
@@ -119,6 +165,8 @@ def _export(args: argparse.Namespace) -> int:
 def _dashboard(args: argparse.Namespace) -> int:
     from rsi.dashboard import run_dashboards
 
+    if not Path(args.run_dir).is_dir():
+        raise AKVError(f"{args.run_dir} is not a run directory", field="run_dir", value=args.run_dir)
     return run_dashboards(Path(args.run_dir), args.mlflow_port, args.optuna_port)
 
 
@@ -146,19 +194,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights and KV (default: float32 on cpu, bfloat16 on cuda)")
     s.add_argument("--survival", default=None,
                    help="tool-gap survival policy for paused sessions (lru, ttl, min_waste, ...; docs/survival.md)")
+    s.add_argument("--api-key", action="append", metavar="[NAME:]KEY",
+                   help="require 'Authorization: Bearer KEY'; each key is a tenant (repeatable; also "
+                        "--api-keys-file and AKV_API_KEYS, which keep keys out of the process list)")
+    s.add_argument("--api-keys-file", default=None, metavar="FILE", help="one [NAME:]KEY per line")
+    s.add_argument("--shared-cache-tenants", default=None, metavar="NAME,NAME",
+                   help="tenants that share one prefix cache (default: no prefix reuse across tenants)")
+    s.add_argument("--public-metrics", action="store_true", help="serve /metrics without an API key")
+    s.add_argument("--snapshot-secret-file", default=None, metavar="FILE",
+                   help="HMAC key of snapshot files (also AKV_SNAPSHOT_SECRET; default: a 0600 file generated "
+                        "in the snapshot dir)")
+    s.add_argument("--snapshot-quota-gb", type=float, default=8.0,
+                   help="disk quota of each tenant's snapshots (0: no limit)")
+    s.add_argument("--max-body-bytes", type=int, default=4 << 20,
+                   help="largest request body, declared or streamed (413 beyond; default 4 MiB)")
+    s.add_argument("--max-candidates", type=int, default=64, help="most candidates of one /v1/akv/score request")
+    s.add_argument("--max-score-tokens", type=int, default=4096,
+                   help="most candidate tokens (all candidates together) of one /v1/akv/score request")
     s.set_defaults(func=_serve)
 
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")
-    e.add_argument("--policy", default=None, help="a policy name (or drop_evidence)")
-    e.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy")
-    e.add_argument("--compare", default=None, help="comma-separated policies to compare side by side")
+    which = e.add_mutually_exclusive_group()
+    which.add_argument("--policy", default=None, help="a policy name (or drop_evidence)")
+    which.add_argument("--compare", default=None, help="comma-separated policies to compare side by side")
+    which.add_argument("--program", default=None, metavar="FILE.py",
+                       help="a policy program, or a module written by akv export (run in the sandbox, never imported)")
+    which.add_argument("--run", default=None, metavar="RUN_DIR", help="a candidate of a search run (see --pick)")
+    e.add_argument("--pick", default=None, help="with --run: candidate id, label, or 'best' (the default)")
+    e.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy or --program")
     e.add_argument("--suite", default="default", help="suite name or path of a task set on disk")
-    e.add_argument("--split", default="train", choices=["train", "heldout"])
+    e.add_argument("--split", default=None,
+                   help="a split of the task set (train, heldout, custom, ...) or 'all' (default: train when the "
+                        "task set has one, else every task)")
     e.add_argument("--limit", type=int, default=0, help="at most N tasks (spread over families)")
-    e.add_argument("--model", default="gemma-3-270m")
+    e.add_argument("--model", default="gemma-3-270m", help="gemma-3-270m, tiny-random, or a local checkpoint")
     e.add_argument("--template", default="plain")
     e.add_argument("--rates", default="gpt-oss-120b")
-    e.add_argument("--scoring", default="loglik", choices=["loglik", "generate"])
+    e.add_argument("--scoring", default="loglik", choices=["loglik", "loglik-norm", "generate"],
+                   help="what decides a probe's pass: the top candidate by log-likelihood (loglik), by log-likelihood "
+                        "per character (loglik-norm, acc_norm), or exact match of the greedy answer (generate)")
+    e.add_argument("--generate", action="store_true",
+                   help="also generate greedy answers (exact/contains match; slower; implied by --scoring generate)")
     e.add_argument("--out", default=None, help="results JSON (per-task parquet next to it)")
     e.add_argument("--plot", default=None, help="cost vs pass-rate PNG (with --compare)")
     e.set_defaults(func=_eval)
@@ -171,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     lv.add_argument("--policy", default="full")
     lv.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy")
     lv.add_argument("--suite", default="smoke", help="suite name or path of a task set on disk")
-    lv.add_argument("--split", default="heldout", choices=["train", "heldout"])
+    lv.add_argument("--split", default="heldout", help="a split of the task set, or 'all'")
     lv.add_argument("--limit", type=int, default=4, help="at most N tasks (spread over families)")
     lv.add_argument("--probes", type=int, default=1, help="episodes per task (one per probe)")
     lv.add_argument("--max-steps", type=int, default=8)
@@ -217,7 +293,40 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_dashboard)
 
     add_workload(sub)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    _add_debug(sub)
     return parser
+
+
+def _add_debug(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``--debug`` after the command name too, on every (nested) command."""
+    for command in sub.choices.values():
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the traceback of an error")
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_debug(action)
+
+
+def user_error(err: BaseException) -> bool:
+    """Whether ``err`` is the user's to fix (one line, exit 2) rather than a bug (traceback): the
+    project's errors, and files the user named that are missing, unreadable, or not JSON / YAML."""
+    import json
+
+    import yaml
+
+    return isinstance(err, (AKVError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                            json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError))
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` as one line: its type and message (an OS error: what and which file)."""
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.strerror}: {err.filename}" if err.filename is not None else err.strerror
+    else:
+        text = str(err)
+    name = "" if type(err) is AKVError else f"{type(err).__name__}: "
+    return name + " ".join(text.split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -226,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        if getattr(args, "debug", False) or not user_error(err):
+            raise
+        print(f"akv {args.command}: {error_line(err)} (--debug for the traceback)", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
 
 
 if __name__ == "__main__":

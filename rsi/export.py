@@ -1,12 +1,37 @@
-"""``akv export``: write an archived policy as a standalone module (see ``search_spaces.export``)."""
+"""``akv export``: write an archived policy as a standalone module (see ``search_spaces.export``);
+``akv eval --run``: the same pick as a policy to evaluate."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from engine.errors import AKVError
+from evals.replay import PolicySpec
 from rsi.archive import Archive, Candidate
-from search_spaces import Policy, export_policy, get_policy
+from search_spaces import Policy, PolicyError, export_policy, get_policy
+
+
+def load_archive(run_dir: Path) -> Archive:
+    """The archive of the run in ``run_dir``.
+
+    Raises:
+        AKVError: ``run_dir`` is not a directory, has no ``archive.json`` yet (a search writes it
+            when its first candidates are scored), or the archive is not readable JSON.
+    """
+    if not run_dir.is_dir():
+        raise AKVError(f"{run_dir} is not a run directory (akv search --run-dir DIR makes one)", field="run_dir",
+                       value=str(run_dir))
+    path = run_dir / "archive.json"
+    if not path.is_file():
+        raise AKVError(f"{run_dir} has no archive.json yet: the search has not scored any candidate (wait for the "
+                       "first generation, or resume it with akv search --resume)", field="run_dir", value=str(run_dir))
+    try:
+        return Archive.load(path)
+    except AKVError:
+        raise
+    except (KeyError, TypeError, ValueError) as err:  # ValueError: also json.JSONDecodeError
+        raise AKVError(f"{path} is not a readable archive ({type(err).__name__}: {err})", field="run_dir",
+                       value=str(run_dir)) from None
 
 
 def pick(archive: Archive, name: str) -> Candidate:
@@ -14,7 +39,8 @@ def pick(archive: Archive, name: str) -> Candidate:
     if name == "best":
         scored = [c for c in archive.scored() if c.heldout is not None and c.heldout.ok] or archive.scored()
         if not scored:
-            raise AKVError("this run has no scored evolved policy to export", field="pick", value=name)
+            raise AKVError("this run has no scored evolved policy yet; pick an expert by label (akv report lists "
+                           "them) or wait for the first generation", field="pick", value=name)
         return max(scored, key=lambda c: (c.shown.pass_rate, -c.shown.cost_cents_mean))
     for c in archive.candidates:
         if name in (c.id, c.label):
@@ -24,12 +50,41 @@ def pick(archive: Archive, name: str) -> Candidate:
                    field="pick", value=name)
 
 
-def export_pick(run_dir: Path, name: str, out: Path) -> Path:
-    archive = Archive.load(run_dir / "archive.json")
-    c = pick(archive, name)
+def _source(run_dir: Path, c: Candidate) -> str:
+    path = run_dir / "programs" / f"{c.program}.py"
+    if not path.is_file():
+        raise AKVError(f"{c.label} ({c.id}): its program {path} is missing from the run directory", field="pick",
+                       value=c.id)
+    return path.read_text(encoding="utf-8")
+
+
+def pick_spec(run_dir: Path, name: str) -> PolicySpec:
+    """The candidate ``name`` of the run in ``run_dir`` (see :func:`pick`) as a policy to evaluate:
+    a program (run in the sandbox) or a family with its parameters.
+
+    Raises:
+        AKVError: no archive yet, an unknown pick, or a missing program file.
+    """
+    c = pick(load_archive(run_dir), name)
     if c.spec == "program":
-        policy = Policy.from_program((run_dir / "programs" / f"{c.program}.py").read_text(), c.params)
+        return PolicySpec("program", c.params, source=_source(run_dir, c), label=c.label or c.id)
+    return PolicySpec(c.spec, c.params, label=c.label or c.spec)
+
+
+def export_pick(run_dir: Path, name: str, out: Path) -> Path:
+    """Write candidate ``name`` of ``run_dir`` to ``out`` (see ``search_spaces.export_policy``).
+
+    Raises:
+        AKVError: no archive yet, an unknown pick, a missing program file; ``PolicyError`` (an
+            ``AKVError``) when the pick cannot be exported (a text baseline, relevance needed).
+    """
+    c = pick(load_archive(run_dir), name)
+    if c.spec == "program":
+        policy = Policy.from_program(_source(run_dir, c), c.params)
     else:
         policy = get_policy(c.spec, **c.params)
-    export_policy(policy, out)
+    try:
+        export_policy(policy, out)
+    except PolicyError as err:
+        raise PolicyError(f"cannot export {c.label} ({c.id}): {err}", field="pick", value=name) from err
     return out

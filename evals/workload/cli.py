@@ -113,6 +113,8 @@ def _safe(handler: Any) -> Any:
         try:
             return int(handler(args))
         except (AKVError, OSError) as err:
+            if getattr(args, "debug", False):  # akv --debug: the traceback instead
+                raise
             print(f"error: {err}", file=sys.stderr, flush=True)
             return 2
 
