@@ -106,6 +106,10 @@ class SamplingParams:
                            field="temperature", value=self.temperature)
         if not (0.0 < float(self.top_p) <= 1.0):
             raise AKVError(f"top_p must be in (0, 1], got {self.top_p!r}", field="top_p", value=self.top_p)
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -(2**63) <= self.seed < 2**63):
+            raise AKVError(f"seed must be an integer that fits 64 signed bits, got {self.seed!r}",
+                           field="seed", value=self.seed)
 
 
 class Sampler:

@@ -58,15 +58,19 @@ class Settings:
             ``KEY`` or ``NAME:KEY``), added to ``--api-key``; kept out of ``repr``.
         snapshot_secret: the server's snapshot HMAC key (``AKV_SNAPSHOT_SECRET``; ``None``: a
             generated secret file in the snapshot dir); kept out of ``repr``.
+        client_api_key: the key clients of this project (``akv live``, remote replicas) send to an
+            endpoint started with ``--api-key`` (``AKV_API_KEY``); kept out of ``repr``.
     """
 
     cache_dir: Path
     threads: int
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     snapshot_secret: str | None = field(default=None, repr=False)
+    client_api_key: str | None = field(default=None, repr=False)
 
 
 def settings() -> Settings:
     """Read the environment now (tests change it between calls)."""
     return Settings(cache_dir=_path("AKV_CACHE_DIR", _default_cache()), threads=_int("AKV_THREADS", 0),
-                    api_keys=_list("AKV_API_KEYS"), snapshot_secret=os.environ.get("AKV_SNAPSHOT_SECRET") or None)
+                    api_keys=_list("AKV_API_KEYS"), snapshot_secret=os.environ.get("AKV_SNAPSHOT_SECRET") or None,
+                    client_api_key=os.environ.get("AKV_API_KEY") or None)

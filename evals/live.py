@@ -348,6 +348,7 @@ def summary(results: Iterable[LiveResult]) -> dict[str, Any]:
 def main_cli(args: Any, params: Mapping[str, Any]) -> int:
     """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON."""
     from engine.remote import RemoteEngine
+    from engine.settings import settings
     from evals.cli import select_suite
     from search_spaces import get_policy
 
@@ -356,7 +357,9 @@ def main_cli(args: Any, params: Mapping[str, Any]) -> int:
     label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
     run_dir = Path(args.run_dir or f"runs/live-{label}")
     config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
-    with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model) as engine:
+    api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
+    with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
+                      api_key=api_key) as engine:
         results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
     s = summary(results)
     print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "

@@ -240,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_eval)
 
     lv = sub.add_parser("live", help="live agent episodes against an OpenAI-compatible endpoint")
-    lv.add_argument("--endpoint", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    lv.add_argument("--endpoint", required=True,
+                    help="server base URL, e.g. http://127.0.0.1:30000 (its API key, if any, from AKV_API_KEY)")
     lv.add_argument("--model", default="gemma-3-270m", help="model for local token counts (tokenizer)")
     lv.add_argument("--served-model", default=None, help="the request's model field (default: --model)")
     lv.add_argument("--template", default="gemma", help="the server's chat template (gemma or plain)")

@@ -158,6 +158,9 @@ def test_cancellation_releases_locks(tiny):
         ({"max_tokens": -3}, AKVError, "max_tokens"),
         ({"temperature": -1.0}, AKVError, "temperature"),
         ({"top_p": 0.0}, AKVError, "top_p"),
+        ({"temperature": 1.0, "seed": 2**64}, AKVError, "seed"),  # torch's manual_seed overflows past 64 bits
+        ({"temperature": 1.0, "seed": -(2**63) - 1}, AKVError, "seed"),
+        ({"seed": True}, AKVError, "seed"),
     ],
 )
 def test_bad_requests_raise_and_leave_the_tree_intact(tiny, kwargs, exc, field):

@@ -169,3 +169,33 @@ def test_episode_end_to_end_over_http_against_the_server(tiny, tmp_path):
         assert again[0].answer == r.answer
     s = summary(results)
     assert s["episodes"] == 1 and s["pass_rate"] == 0.0 and s["errors"] == 0
+
+
+def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch, capsys):
+    """``akv live`` against a server started with an API key: without AKV_API_KEY every request is
+    refused (401, recorded as an error); with it the episode runs."""
+    import argparse
+
+    from engine.server.tenants import Tenants
+    from evals.live import main_cli
+
+    served = Engine(tiny.model, tiny.tokenizer, "gemma", name=tiny.name)
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": TASK.id, "messages": list(TASK.messages),
+                                                      "probes": [{"after_message": 9, "question": "Where does order 4821 ship from?",
+                                                                  "answer": "Osprey"}]}) + "\n")
+    with ServerThread(create_app(served, snapshot_dir=tmp_path / "snaps",
+                                 tenants=Tenants(["alice:alice-key-0123456789"]))) as srv:
+
+        def live(run: str) -> int:
+            args = argparse.Namespace(suite=str(tmp_path / "tasks.jsonl"), split="all", limit=1, policy="full",
+                                      run_dir=str(tmp_path / run), out=None, max_steps=1, max_tokens=4,
+                                      rates="gpt-oss-120b", endpoint=srv.base_url, model="tiny-random",
+                                      template="gemma", served_model=None, probes=1)
+            return main_cli(args, {})
+
+        monkeypatch.delenv("AKV_API_KEY", raising=False)
+        assert live("nokey") == 1 and "errors 1" in capsys.readouterr().out
+        before = served.stats.requests
+        monkeypatch.setenv("AKV_API_KEY", "alice-key-0123456789")
+        assert live("key") == 0 and "errors 0" in capsys.readouterr().out
+        assert served.stats.requests > before
