@@ -180,9 +180,9 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
     from evals.live import main_cli
 
     served = Engine(tiny.model, tiny.tokenizer, "gemma", name=tiny.name)
+    probe = {"after_message": 9, "question": "Where does order 4821 ship from?", "answer": "Osprey"}
     (tmp_path / "tasks.jsonl").write_text(json.dumps({"id": TASK.id, "messages": list(TASK.messages),
-                                                      "probes": [{"after_message": 9, "question": "Where does order 4821 ship from?",
-                                                                  "answer": "Osprey"}]}) + "\n")
+                                                      "probes": [probe]}) + "\n")
     with ServerThread(create_app(served, snapshot_dir=tmp_path / "snaps",
                                  tenants=Tenants(["alice:alice-key-0123456789"]))) as srv:
 
