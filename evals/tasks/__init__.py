@@ -23,8 +23,10 @@ from evals.tasks.generator import (
     generate_task,
     get_suite_spec,
 )
+from evals.tasks.horizon import HORIZON_FAMILIES, HORIZON_SUITES, HorizonSpec, generate_horizon_task
 from evals.tasks.measure import FamilySummary, measure, summarize, token_counter
 from evals.tasks.schema import FAMILIES, Probe, Task, mentions, message_text
+from evals.tasks.selection import select_tasks
 from evals.tasks.storage import SuiteInfo, build_suite, load_suite, save_jsonl, suite_dir, suites_root
 from evals.tasks.templates import ProbeTemplates, Wording, load_probe_templates
 
@@ -33,8 +35,11 @@ __all__ = [
     "FAMILY_REGISTRY",
     "GENERATOR",
     "GENERATOR_VERSION",
+    "HORIZON_FAMILIES",
+    "HORIZON_SUITES",
     "SUITES",
     "FamilySummary",
+    "HorizonSpec",
     "Probe",
     "ProbeTemplates",
     "SuiteInfo",
@@ -43,6 +48,7 @@ __all__ = [
     "Wording",
     "build_suite",
     "check_generated",
+    "generate_horizon_task",
     "generate_split",
     "generate_task",
     "get_suite_spec",
@@ -52,6 +58,7 @@ __all__ = [
     "mentions",
     "message_text",
     "save_jsonl",
+    "select_tasks",
     "suite_dir",
     "suites_root",
     "summarize",

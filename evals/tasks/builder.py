@@ -159,7 +159,7 @@ class Builder:
         items: list[Item] = []
         chunks: list[str] = []
         size, misses, copied = 0, 0, False
-        while misses < 40 and (len(items) < 2 or size < budget):
+        while misses < 40 and (len(items) < self.min_items() or size < budget):
             item = self._pick(out)
             if (item.record.key, item.fields) in seen or any(
                     self.world.is_secret(item.record.key, f) and (item.record.key, f) not in allowed
@@ -187,6 +187,10 @@ class Builder:
 
     def budget(self) -> float:
         return self.mean_budget * self.rng.uniform(0.6, 1.4)
+
+    def min_items(self) -> int:
+        """The fewest distractor items of an output (before planted ones)."""
+        return 2
 
     # ------------------------------------------------------------------ rounds
 

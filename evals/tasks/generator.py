@@ -178,7 +178,13 @@ def generate_task(family: str, split: str, seed: int, *, domain: str | None = No
 
 
 def generate_split(spec: SuiteSpec, split: str) -> list[Task]:
-    """Every task of one split of ``spec``, in a fixed order (family, then index)."""
+    """Every task of one split of ``spec``, in a fixed order (family, then index).
+
+    A spec with its own ``generate`` method (:class:`evals.tasks.horizon.HorizonSpec`) makes its tasks itself.
+    """
+    own = getattr(spec, "generate", None)
+    if own is not None:
+        return list(own(split))
     tasks = []
     count = spec.tasks_per_family.get(split, 0)
     for f_index, family in enumerate(spec.families(split)):

@@ -29,11 +29,25 @@ TOOLS: tuple[dict[str, Any], ...] = tuple(
     )
 )
 
+SURFACE_TOOLS: tuple[dict[str, Any], ...] = tuple(
+    {"type": "function", "function": {"name": name, "description": desc, "parameters": {
+        "type": "object", "properties": props, "required": list(props)}}}
+    for name, desc, props in (
+        ("ticket_thread", "Show the open threads of a support queue.", {"queue": _P, "state": _P}),
+        ("chat_transcript", "Fetch a live-chat transcript by session id.", {"session": _P}),
+        ("kb_article", "Open a help-center article by slug.", {"article": _P}),
+        ("crm_lookup", "Look up CRM records of an object type.", {"object": _P, "fields": {"type": "array"}}),
+        ("update_record", "Change a record's status, with a note.", {"id": _P, "status": _P, "note": _P}),
+    )
+)
+"""The tools of the held-out surface domain (:mod:`evals.tasks.domains.support`)."""
+
 BOARD_COLUMNS = {"train": ("To do", "In progress", "Blocked", "Done"),
                  "heldout": ("backlog", "doing", "waiting", "closed")}
 
 
-def system_prompt(domain: Domain, split: str, rng: random.Random) -> str:
+def system_prompt(domain: Domain, split: str, rng: random.Random,
+                  tools: tuple[dict[str, Any], ...] = TOOLS) -> str:
     """Persona, the tool list (a bullet list in train, JSON schemas in held-out) and house rules."""
     persona = rng.choice(domain.persona[split])
     if split == "train":
@@ -44,7 +58,7 @@ def system_prompt(domain: Domain, split: str, rng: random.Random) -> str:
                 + "\n".join(lines) + "\n\n# Conventions\n- Quote ids exactly as the systems print them.\n"
                 "- Record every decision with update_record and a short note.\n"
                 "- When the task is done, reply with a concise summary for the user.")
-    specs = json.dumps([t["function"] for t in TOOLS], separators=(",", ":"))
+    specs = json.dumps([t["function"] for t in tools], separators=(",", ":"))
     return (f"{persona}\n\nAvailable functions (JSON schema):\n{specs}\n\nOperating rules:\n1. One function call "
             "per step.\n2. Only report what a function returned.\n3. Log decisions through update_record.\n"
             "4. Finish with a short brief.")
@@ -61,6 +75,8 @@ _OPENERS = {
         "sql_query": "Got {n} rows back.", "get_record": "Fetched it; {n} linked items.",
         "tail_logs": "{n} matching log entries.", "web_search": "{n} hits.", "read_page": "Read it ({n} sections).",
         "list_board": "{n} cards on the board.", "read_inbox": "{n} new messages.", "update_record": "Change stored.",
+        "ticket_thread": "{n} posts in the thread.", "chat_transcript": "{n} chat lines.",
+        "kb_article": "Article read ({n} points).", "crm_lookup": "{n} CRM records.",
     },
 }
 _RESTATE = {"train": ("{s}", "Noted: {s}", "From this: {s}"), "heldout": ("Observed - {s}", "{s}", "Seen: {s}")}
@@ -78,6 +94,8 @@ _ACTIONS = {
         "sql_query": "pull rows from {table}", "get_record": "open the item itself", "tail_logs": "scan recent logs",
         "web_search": "run a KB search", "read_page": "open the KB article", "list_board": "review the board",
         "read_inbox": "go through new mail", "update_record": "write the change",
+        "ticket_thread": "read the queue's threads", "chat_transcript": "pull the chat transcript",
+        "kb_article": "check the help-center article", "crm_lookup": "look up {table} in the CRM",
     },
 }
 _START = {"train": ("The task needs facts spread over several systems, so I'll gather them one source at a time.",

@@ -81,6 +81,10 @@ _NUMBERS: dict[str, tuple[NumberPool, NumberPool]] = {
     "po_id": (NumberPool(100000, 549999, "PO-{}"), NumberPool(550000, 999999, "PO-{}")),
     "amount_usd": (NumberPool(12000, 54999), NumberPool(55000, 98999)),
     "cap_usd": (NumberPool(1200000, 5490000, step=10000), NumberPool(5500000, 9800000, step=10000)),
+    # the held-out surface domain (support; only its held-out halves are used)
+    "ticket_id": (NumberPool(10000, 54999, "TCK-{}"), NumberPool(55000, 99999, "TCK-{}")),
+    "refund_usd": (NumberPool(1000, 4999), NumberPool(5000, 9899)),
+    "seat_count": (NumberPool(120, 549), NumberPool(550, 980)),
 }
 
 
@@ -110,6 +114,7 @@ def word_pool(name: str, split: str) -> tuple[str, ...]:
         "vendor": lambda: tuple(f"{c} Supply" for c in alternate(_COMPANY, split)),
         "service": lambda: _services(split),
         "host": lambda: _hosts(split),
+        "account": lambda: tuple(f"{c} Group" for c in alternate(_COMPANY, split)),
     }
     return builders[name]()
 
@@ -120,4 +125,4 @@ def number_pool(name: str, split: str) -> NumberPool:
 
 
 NUMBER_POOLS = tuple(_NUMBERS)
-WORD_POOLS = ("person", "warehouse", "city", "carrier", "vendor", "service", "host")
+WORD_POOLS = ("person", "warehouse", "city", "carrier", "vendor", "service", "host", "account")

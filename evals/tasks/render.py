@@ -363,3 +363,122 @@ class Inbox(Output):
 
 FORMATS: dict[str, type[Output]] = {f.tool: f for f in (Logs, Search, Page, Board, Inbox)}
 TABLE_FORMATS: dict[str, type[Table]] = {f.tool: f for f in (Table, RecordJSON)}
+
+
+# ---------------------------------------------------------------- held-out surface formats
+# Tool outputs of the surface domain (:mod:`evals.tasks.domains.support`): only held-out tasks of
+# the ``horizon`` suites use them, so no train task shares their layout.
+
+
+class TicketThread(Output):
+    """``ticket_thread``: messages of a support thread, each with its author's role and age."""
+
+    tool = "ticket_thread"
+    ROLES = ("customer", "agent", "team lead")
+
+    def __init__(self, world: World, rng: random.Random) -> None:
+        super().__init__(world, rng)
+        self.queue = rng.choice(self.domain.boards)
+
+    def args(self) -> dict[str, Any]:
+        return {"queue": self.queue, "state": "open"}
+
+    def head(self) -> str:
+        return f"Thread view - queue {self.queue}\n"
+
+    def _by(self) -> str:
+        return f"--- {self.rng.choice(self.ROLES)} wrote {self.rng.randrange(2, 59)} min ago"
+
+    def chunk(self, item: Item) -> str:
+        return f"{self._by()}\n{' '.join(self.say(item))} {self.rng.choice(self.domain.filler[self.split])}"
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        return "\n".join([self._by(), *self.lines(item, fields), self.rng.choice(self.domain.filler[self.split])])
+
+
+class ChatTranscript(Output):
+    """``chat_transcript``: timestamped chat lines of a customer, an agent and a bot."""
+
+    tool = "chat_transcript"
+    ROLES = ("customer", "agent", "bot")
+
+    def __init__(self, world: World, rng: random.Random) -> None:
+        super().__init__(world, rng)
+        self.session = f"chat-{rng.getrandbits(32):08x}"
+
+    def args(self) -> dict[str, Any]:
+        return {"session": self.session}
+
+    def head(self) -> str:
+        return f"Transcript {self.session}\n"
+
+    def _at(self) -> str:
+        self.clock += self.rng.randrange(5, 200)
+        return f"[{self.clock // 3600 % 24:02d}:{self.clock // 60 % 60:02d}] {self.rng.choice(self.ROLES)}:"
+
+    def chunk(self, item: Item) -> str:
+        return f"{self._at()} {' '.join(self.say(item))}"
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        return "\n".join(f"{self._at()} {s}" for s in self.lines(item, fields))
+
+    def message(self, text: str) -> str:
+        """A free chat line (an instruction from a person) in this transcript's layout."""
+        self.clock += self.rng.randrange(5, 200)
+        return f"[{self.clock // 3600 % 24:02d}:{self.clock // 60 % 60:02d}] {text}"
+
+
+class KBArticle(Output):
+    """``kb_article``: a knowledge-base article of bulleted paragraphs under a title."""
+
+    tool = "kb_article"
+
+    def __init__(self, world: World, rng: random.Random) -> None:
+        super().__init__(world, rng)
+        rtype = rng.choice(list(self.domain.types.values()))
+        self.title = rng.choice(("Handling {p}", "Runbook: {p}", "FAQ - {p}")).format(p=rtype.plural[self.split])
+
+    def args(self) -> dict[str, Any]:
+        return {"article": slug(self.title)}
+
+    def head(self) -> str:
+        return f"KB > {self.title}\nreviewed {self.rng.randrange(2, 9)} weeks ago\n\n"
+
+    def chunk(self, item: Item) -> str:
+        parts = [*self.say(item), self.rng.choice(self.domain.filler[self.split])]
+        self.rng.shuffle(parts)
+        return "> " + " ".join(parts)
+
+    def copy_chunk(self, item: Item, fields: tuple[str, ...]) -> str:
+        return "\n".join(f"> {s}" for s in [*self.lines(item, fields), self.rng.choice(self.domain.filler[self.split])])
+
+
+class CRMRecord(Table):
+    """``crm_lookup``: records of one type as indented ``label .... value`` blocks."""
+
+    tool = "crm_lookup"
+
+    def args(self) -> dict[str, Any]:
+        return {"object": self.domain.tables[self.type_name], "fields": list(self.columns)}
+
+    def head(self) -> str:
+        return f"CRM / {self.domain.tables[self.type_name]}\n\n"
+
+    def sep(self) -> str:
+        return "\n\n"
+
+    def chunk(self, item: Item) -> str:
+        rows = [f"{self.rtype.key_label[self.split].upper()} {item.record.key}"]
+        rows += [f"  {self.rtype.field(c).label[self.split]:.<20} {item.record.get(c)}" for c in self.columns]
+        return "\n".join(rows)
+
+    def tail(self, n: int) -> str:
+        return f"\n\n{n} matching records"
+
+    def with_notes(self, body: str, chunks: list[str]) -> str:
+        notes = [s for c in chunks for s in self.notes.get(c, ())]
+        return body + ("\n\nActivity notes:\n" + "\n".join(f"  - {s}" for s in notes) if notes else "")
+
+
+SURFACE_FORMATS: dict[str, type[Output]] = {f.tool: f for f in (TicketThread, ChatTranscript, KBArticle)}
+SURFACE_TABLE_FORMATS: dict[str, type[Table]] = {CRMRecord.tool: CRMRecord}

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from evals.errors import TaskError
-from evals.tasks.domains import DOMAINS
+from evals.tasks.domains import DOMAINS, get_domain
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"  # packaged with evals (pyproject package-data)
 SECTIONS = {"fact": "fact", "multi_hop": "multi_hop", "status_before": "status", "status_now": "status",
@@ -59,10 +59,11 @@ class ProbeTemplates:
             raise TaskError(f"{self.source}: entry {'.'.join(path)} needs 'question' and 'cloze' strings",
                             field="probe_templates", value=".".join(path)) from err
 
-    def check(self) -> None:
-        """Raise :class:`TaskError` unless every domain's probes have wording in both splits."""
-        for split in ("train", "heldout"):
-            for name, domain in DOMAINS.items():
+    def check(self, domains: tuple[str, ...] | None = None, splits: tuple[str, ...] = ("train", "heldout")) -> None:
+        """Raise :class:`TaskError` unless every domain's probes (``domains``; default the three
+        train domains) have wording in ``splits``."""
+        for split in splits:
+            for name, domain in ((d, get_domain(d)) for d in (domains or tuple(DOMAINS))):
                 for t, f in domain.facts:
                     self.wording(split, "fact", name, f"{t}.{f}", "X")
                 self.wording(split, "multi_hop", name, ".".join(domain.hop), "X")
@@ -71,8 +72,10 @@ class ProbeTemplates:
 
 
 @functools.lru_cache(maxsize=8)
-def load_probe_templates(path: str = "") -> ProbeTemplates:
-    """The packaged table (``path`` empty) or the YAML file at ``path``, checked for completeness."""
+def load_probe_templates(path: str = "", domains: tuple[str, ...] | None = None,
+                         splits: tuple[str, ...] = ("train", "heldout")) -> ProbeTemplates:
+    """The packaged table (``path`` empty) or the YAML file at ``path``, checked for completeness
+    (:meth:`ProbeTemplates.check` over ``domains`` and ``splits``)."""
     if path:
         file = Path(path).expanduser()
         if not file.is_file():
@@ -86,5 +89,5 @@ def load_probe_templates(path: str = "") -> ProbeTemplates:
         raise TaskError(f"{source}: expected a mapping of splits, got {type(table).__name__}",
                         field="probe_templates", value=source)
     templates = ProbeTemplates(table, hashlib.sha256(text.encode()).hexdigest()[:16], source)
-    templates.check()
+    templates.check(domains, splits)
     return templates

@@ -42,10 +42,17 @@ class World:
         domain: the task's domain.
         split: ``"train"`` or ``"heldout"``; every value comes from that split's pools.
         rng: the task's random generator (the only source of randomness).
+        length_ratio: when set, the values of a word pool one task uses (distractors and reserved
+            answers) are of similar length: each within ``sqrt(length_ratio)`` of a length drawn
+            per pool, so any two differ by at most ``length_ratio`` (candidates of similar length
+            for log-likelihood scoring; the ``horizon`` suites). ``None`` (the default) draws as
+            before.
     """
 
-    def __init__(self, domain: Domain, split: str, rng: random.Random) -> None:
+    def __init__(self, domain: Domain, split: str, rng: random.Random, length_ratio: float | None = None) -> None:
         self.domain, self.split, self.rng = domain, split, rng
+        self.length_ratio = length_ratio
+        self._pivot: dict[str, int] = {}
         self.used: dict[str, str] = {}  # value -> pool, in hand-out order (recorded as the task's entities)
         self.choices: dict[str, list[str]] = {}
         self._order: dict[str, list[str]] = {}
@@ -73,9 +80,19 @@ class World:
                 picked = list(vocab)
                 self.rng.shuffle(picked)
             else:
-                picked = self.rng.sample(vocab, WIDTH)
+                picked = self.rng.sample(self._similar(pool, vocab), WIDTH)
             self.choices[pool] = picked
         return self.choices[pool]
+
+    def _similar(self, pool: str, vocab: tuple[str, ...]) -> tuple[str, ...]:
+        """``vocab``, or with ``length_ratio`` its values near a length drawn once per pool."""
+        if self.length_ratio is None:
+            return vocab
+        if pool not in self._pivot:
+            self._pivot[pool] = len(self.rng.choice(vocab))
+        half, pivot = self.length_ratio ** 0.5, self._pivot[pool]
+        near = tuple(v for v in vocab if pivot / half <= len(v) <= pivot * half)
+        return near if len(near) >= 2 * WIDTH else vocab
 
     def _take(self, value: str, pool: str) -> str:
         self.used.setdefault(value, pool)
@@ -125,7 +142,7 @@ class World:
             value = picked.pop(self.rng.randrange(len(picked)))
             self._order[pool] = [v for v in self._order.get(pool, []) if v != value]
             return self._take(value, pool)
-        free = [v for v in self._vocab(pool) if v not in self.used and v not in picked]
+        free = [v for v in self._similar(pool, self._vocab(pool)) if v not in self.used and v not in picked]
         return self._take(self.rng.choice(free), pool)
 
     def person(self) -> str:

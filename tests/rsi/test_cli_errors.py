@@ -58,11 +58,11 @@ def one_line(status: int, err: str, *words: str) -> None:
 
 
 def test_unknown_suite_is_one_line_and_debug_shows_the_traceback(tmp_path):
-    """Before: ``akv eval --suite horizon`` printed a ``TaskError`` traceback (status 1)."""
-    proc = akv(tmp_path, "eval", "--suite", "horizon", "--policy", "full", "--model", "tiny-random")
-    one_line(proc.returncode, proc.stderr, "akv eval", "TaskError", "'horizon'", "default")
+    """Before: ``akv eval --suite nosuchsuite`` printed a ``TaskError`` traceback (status 1)."""
+    proc = akv(tmp_path, "eval", "--suite", "nosuchsuite", "--policy", "full", "--model", "tiny-random")
+    one_line(proc.returncode, proc.stderr, "akv eval", "TaskError", "'nosuchsuite'", "default")
     for argv in (["--debug", "eval"], ["eval", "--debug"]):
-        proc = akv(tmp_path, *argv, "--suite", "horizon", "--policy", "full")
+        proc = akv(tmp_path, *argv, "--suite", "nosuchsuite", "--policy", "full")
         assert proc.returncode == 1 and "Traceback" in proc.stderr and "TaskError" in proc.stderr
 
 
@@ -100,7 +100,7 @@ def files(tmp_path, monkeypatch) -> Path:
 
 
 CASES = {
-    "eval-unknown-suite": (["eval", "--suite", "horizon", "--policy", "full"], "horizon"),
+    "eval-unknown-suite": (["eval", "--suite", "nosuchsuite", "--policy", "full"], "nosuchsuite"),
     "eval-bad-task-file": (["eval", "--suite", "bad.jsonl", "--policy", "full"], "not JSON lines"),
     "eval-duplicate-ids": (["eval", "--suite", "dup.jsonl", "--policy", "full"], "occurs twice"),
     "eval-unknown-split": (["eval", "--suite", "tasks.jsonl", "--split", "train", "--policy", "full"],
@@ -130,7 +130,7 @@ CASES = {
     "survival-search-missing": (["survival-search", "missing.jsonl"], "missing.jsonl"),
     "dashboard-missing": (["dashboard", "missing"], "not a run directory"),
     "serve-unknown-model": (["serve", "--model", "nomodel"], "nomodel"),
-    "live-unknown-suite": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "horizon"], "horizon"),
+    "live-unknown-suite": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "nosuchsuite"], "nosuchsuite"),
     "workload-missing-trace": (["workload", "simulate", "missing.jsonl", "--survival", "lru", "--out", "o.json"],
                                "missing.jsonl"),
 }
