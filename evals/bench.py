@@ -46,7 +46,7 @@ def run(engine: Engine, specs: list[PolicySpec], tasks: list[Any], share: bool, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rsi.search import select_tasks
+    from evals.tasks import select_tasks
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="gemma-3-270m")

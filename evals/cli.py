@@ -45,8 +45,7 @@ def load_tasks(suite: str, split: str | None, limit: int = 0) -> Selection:
         TaskError: an unknown suite or path, malformed tasks, a split the task set does not have
             (the message lists its splits), no tasks, or two tasks with the same id.
     """
-    from evals.tasks import load_suite
-    from rsi.search import select_tasks
+    from evals.tasks import load_suite, select_tasks
 
     tasks = load_suite(suite, None)
     if not tasks:
@@ -144,8 +143,6 @@ def policy_specs(args: argparse.Namespace, params: dict[str, Any],
         AKVError: no policy given, ``--params`` with ``--compare`` or ``--run``, or what building
             a policy raises (unknown name, bad parameter, refused program).
     """
-    from rsi.search import parse_expert
-
     if params and (args.compare or picked is not None):
         raise AKVError("--params goes with --policy or --program (with --compare, write NAME:k=v,k=v)",
                        field="params", value=args.params)
@@ -156,7 +153,7 @@ def policy_specs(args: argparse.Namespace, params: dict[str, Any],
         specs = [PolicySpec("program", {**program.params, **params}, source=program.source,
                             label=f"program:{Path(args.program).name}")]
     elif args.compare:
-        specs = [parse_expert(x.strip()) for x in args.compare.split(",") if x.strip()]
+        specs = [PolicySpec.parse(x.strip()) for x in args.compare.split(",") if x.strip()]
         specs = [PolicySpec(s.name, s.params, label=s.name + (f"({s.label.split('(', 1)[1]}" if "(" in s.label else ""))
                  for s in specs]
     elif args.policy:

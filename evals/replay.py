@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import yaml
+
 from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import ChatEngine
@@ -65,6 +67,18 @@ class PolicySpec:
         what = hashlib.sha256(self.source.encode()).hexdigest() if self.source else self.name
         blob = json.dumps({"policy": what, "params": dict(self.params)}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @classmethod
+    def parse(cls, text: str) -> PolicySpec:
+        """An expert in the config notation: ``name`` or ``name:k=v,k=v`` (values parsed as YAML
+        scalars); labelled ``expert:name(k=v,...)``."""
+        name, _, rest = text.partition(":")
+        params = {}
+        for kv in filter(None, rest.split(",")):
+            k, _, v = kv.partition("=")
+            params[k.strip()] = yaml.safe_load(v)
+        short = ",".join(f"{k}={v}" for k, v in params.items())
+        return cls(name.strip(), params, label=f"expert:{name.strip()}" + (f"({short})" if short else ""))
 
     def build(self) -> Policy | None:
         """The policy object (``None`` for the ``drop_evidence`` diagnostic)."""
@@ -148,6 +162,9 @@ class TaskResult:
     seconds: float
     generator: str = ""
     generator_version: str = ""
+    fidelity: str = "model"
+    """What produced ``probes``: ``model`` (the engine answered) or ``proxy`` (predicted without a
+    forward, :mod:`evals.fidelity`); cost and token counts are exact either way."""
 
     @property
     def cost_cents(self) -> float:
@@ -176,6 +193,7 @@ class TaskResult:
             "repos_tokens": sum(r.usage["repos_tokens"] for r in self.requests),
             "completion_tokens": sum(r.usage["completion_tokens"] for r in self.requests),
             "seconds": self.seconds, "generator": self.generator, "generator_version": self.generator_version,
+            "fidelity": self.fidelity,
             "probes": json.dumps([asdict(p) for p in self.probes]),
             "requests": json.dumps([asdict(r) for r in self.requests]),
         }
@@ -190,7 +208,7 @@ def result_from_row(row: Mapping[str, Any]) -> TaskResult:
         bool(row["ok"]), row["error"], tuple(ProbeResult(**{**p, "evidence_dropped": tuple(p["evidence_dropped"])})
                                              for p in json.loads(row["probes"])),
         tuple(RequestCost(**r) for r in json.loads(row["requests"])), cost, float(row["seconds"]),
-        row.get("generator", ""), row.get("generator_version", ""))
+        row.get("generator", ""), row.get("generator_version", ""), row.get("fidelity", "model"))
 
 
 def _dropped_ids(decision: Decision | None, upto: int) -> set[int]:
@@ -218,6 +236,8 @@ class Replay:
     (a server down) is raised, not recorded: it is not the policy's failure.
     """
 
+    fidelity = "model"
+
     def __init__(self, engine: ChatEngine, config: EvalConfig | None = None):
         self.engine = engine
         self.config = config or EvalConfig()
@@ -242,7 +262,7 @@ class Replay:
     def _failed(self, spec: PolicySpec, task: Task, reason: str, t0: float) -> TaskResult:
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), False,
                           reason.splitlines()[0][:500], (), (), CostBreakdown(), time.perf_counter() - t0,
-                          task.generator, task.generator_version)
+                          task.generator, task.generator_version, self.fidelity)
 
     def _decisions(self, policy: Policy | None, task: Task, cuts: Sequence[int]) -> dict[int, Decision | None]:
         if policy is None:
@@ -251,13 +271,15 @@ class Replay:
         return dict(zip(cuts, policy.run_episodes([episode])[0]))
 
     def _evaluate(self, spec: PolicySpec, task: Task, t0: float) -> TaskResult:
-        policy = spec.build()
+        cuts = request_cuts(task)
+        decisions = (_diagnostic_decisions(task, cuts) if spec.name == DIAGNOSTIC
+                     else self._decisions(spec.build(), task, cuts))
+        return self._result(spec, task, decisions, t0)
+
+    def _result(self, spec: PolicySpec, task: Task, decisions: Mapping[int, Decision | None], t0: float) -> TaskResult:
+        """Account the session under ``decisions`` (cut -> decision) and answer the probes."""
         msgs = list(task.messages)
         points = list(request_points(msgs))
-        probe_cuts = [p.after_message + 1 for p in task.probes]
-        cuts = sorted(set(points) | set(probe_cuts))
-        decisions = _diagnostic_decisions(task, cuts) if spec.name == DIAGNOSTIC else self._decisions(policy, task,
-                                                                                                      cuts)
         requests = self._account(msgs, points, decisions)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
@@ -268,7 +290,7 @@ class Replay:
             cost = cost + request_cost(r.usage, self.rates)
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), True, None,
                           probes, tuple(requests), cost, time.perf_counter() - t0, task.generator,
-                          task.generator_version)
+                          task.generator_version, self.fidelity)
 
     def _account(self, msgs: list[dict[str, Any]], points: list[int],
                  decisions: Mapping[int, Decision | None]) -> list[RequestCost]:
@@ -298,19 +320,8 @@ class Replay:
 
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
         probe = task.probes[index]
-        n = probe.after_message + 1
         prompt = probe_prompt(task, probe, self.config.probe)
-        schedule: Schedule | Mapping[str, Any] | None
-        if spec.name == DIAGNOSTIC:
-            context, schedule = task.context(probe), drop_evidence_schedule(task, probe)
-            dropped = set(probe.evidence_ids)
-        elif decision is not None and decision.messages is not None:
-            context, schedule = [dict(m) for m in decision.messages], None
-            dropped = _dropped_ids(decision, n - 1)
-        else:
-            context = task.context(probe)
-            schedule = decision.schedule if decision is not None else None
-            dropped = _dropped_ids(decision, n - 1)
+        context, schedule, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
         context = context + [dict(m) for m in prompt.question_turn]
         fmt = self.config.probe
         scored = self._score(context, list(prompt.continuations), schedule, prompt.prefix)
@@ -345,6 +356,26 @@ class Replay:
             if self.config.scoring != "generate":
                 raise
             return None
+
+
+def request_cuts(task: Task) -> list[int]:
+    """Where a policy decides on ``task``: every request point of the trajectory and every probe."""
+    points = request_points(list(task.messages))
+    return sorted(set(points) | {p.after_message + 1 for p in task.probes})
+
+
+def probe_state(task: Task, index: int, decision: Decision | None, diagnostic: bool = False,
+                ) -> tuple[list[dict[str, Any]], Schedule | Mapping[str, Any] | None, set[int]]:
+    """What probe ``index`` of ``task`` is asked under: (context messages, cache schedule or None,
+    ids of messages whose content is gone by then), given the policy's ``decision`` at the probe
+    (``diagnostic``: the ``drop_evidence`` control, exactly the probe's evidence dropped)."""
+    probe = task.probes[index]
+    if diagnostic:
+        return task.context(probe), drop_evidence_schedule(task, probe), set(probe.evidence_ids)
+    dropped = _dropped_ids(decision, probe.after_message)
+    if decision is not None and decision.messages is not None:
+        return [dict(m) for m in decision.messages], None, dropped
+    return task.context(probe), decision.schedule if decision is not None else None, dropped
 
 
 def _diagnostic_decisions(task: Task, cuts: Sequence[int]) -> dict[int, Decision | None]:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from evals.replay import EvalConfig, PolicySpec
+from evals.tasks import select_tasks
 from rsi.executors.base import EvalRequest
-from rsi.search import select_tasks
 from rsi.store import EvalStore, eval_key
 
 

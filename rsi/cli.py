@@ -140,6 +140,10 @@ def _search(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{config.name}-{stamp}"
     t0 = time.perf_counter()
     result = Search(config, run_dir).run()
+    from rsi.headline import run_headline
+
+    print("headline (held-out, paired, 95% bootstrap intervals; headline.json):\n  "
+          + "\n  ".join(run_headline(run_dir)))
     print(f"search finished in {time.perf_counter() - t0:.0f}s; report: {(result.run_dir / 'report.html').resolve()}")
     return 0
 
@@ -150,6 +154,9 @@ def _report(args: argparse.Namespace) -> int:
 
     load_archive(Path(args.run_dir))  # a clear error for a directory that holds no run (yet)
     write_report(args.run_dir)
+    from rsi.headline import run_headline
+
+    print("headline:\n  " + "\n  ".join(run_headline(args.run_dir)))
     print(f"report: {(Path(args.run_dir) / 'report.html').resolve()}")
     return 0
 

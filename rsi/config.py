@@ -115,6 +115,30 @@ class OptunaConfig:
 
 
 @dataclass(frozen=True)
+class CascadeConfig:
+    """The evaluation cascade (``evals.fidelity``, ``rsi.tuning.Screen``).
+
+    Each program's parameters are first drawn ``trials`` times and screened at the zero-forward
+    fidelity on every train task (exact cost; pass predicted from which evidence stays attended);
+    at most ``promote`` sets that no other set beats by ``margin`` of predicted pass at no more
+    cost go on to the model (``optuna.fidelity_tasks`` train tasks, then all of train), in place of
+    ``optuna.trials`` model trials. The proxy needs two model evaluations per train task, made
+    once (the ``full`` cache and the ``drop_evidence`` control). Held-out is always the model's.
+
+    Attributes:
+        enabled: use the cascade (off: every Optuna trial is a model trial, as before).
+        trials: proxy trials per program.
+        promote: most parameter sets per program that reach the model.
+        margin: predicted-pass margin of the promotion rule (0: the plain proxy front).
+    """
+
+    enabled: bool = False
+    trials: int = 32
+    promote: int = 2
+    margin: float = 0.02
+
+
+@dataclass(frozen=True)
 class ExecutorConfig:
     """Where evaluations run: ``local`` (this process) or ``ray`` (replica actors), and on what engine.
 
@@ -163,6 +187,10 @@ class SearchConfig:
         seed_from: an earlier run directory whose archive front seeds this search.
         heldout_front: how many front members get a held-out evaluation per generation.
         tracking_uri: MLflow store ("" = sqlite in the run directory).
+        tune_experts: also tune the tunable experts of ``experts`` (rolling drop's K, the
+            summarizing baselines' window) on train with ``optuna.trials`` trials, and report the
+            tuned setting beside the fixed one (``rsi.expert_tuning``).
+        bootstrap_samples: resamples of the paired bootstrap behind ``headline.json`` (``evals.paired``).
     """
 
     name: str = "akv-search"
@@ -173,11 +201,14 @@ class SearchConfig:
     seed_from: str = ""
     heldout_front: int = 4
     tracking_uri: str = ""
+    tune_experts: bool = True
+    bootstrap_samples: int = 2000
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalSettings = field(default_factory=EvalSettings)
     proposer: ProposerConfig = field(default_factory=ProposerConfig)
     optuna: OptunaConfig = field(default_factory=OptunaConfig)
+    cascade: CascadeConfig = field(default_factory=CascadeConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
     def __post_init__(self) -> None:
@@ -187,7 +218,8 @@ class SearchConfig:
             (self.executor.kind in ("local", "ray"), "executor.kind", self.executor.kind, "local or ray"),
             (self.executor.routing in ("affinity", "round_robin"), "executor.routing", self.executor.routing,
              "affinity or round_robin"),
-            (self.eval.scoring in ("loglik", "generate"), "eval.scoring", self.eval.scoring, "loglik or generate"),
+            (self.eval.scoring in ("loglik", "loglik-norm", "generate"), "eval.scoring", self.eval.scoring,
+             "loglik, loglik-norm or generate"),
             (self.model.dtype in DTYPES, "model.dtype", self.model.dtype, " or ".join(DTYPES)),
             (self.executor.backend in ("local", "remote"), "executor.backend", self.executor.backend,
              "local or remote"),
@@ -201,6 +233,14 @@ class SearchConfig:
             (self.generations >= 0, "generations", self.generations, ">= 0"),
             (self.optuna.trials >= 1, "optuna.trials", self.optuna.trials, ">= 1"),
             (self.proposer.per_generation >= 1, "proposer.per_generation", self.proposer.per_generation, ">= 1"),
+            (isinstance(self.cascade.enabled, bool), "cascade.enabled", self.cascade.enabled, "true or false"),
+            (_count(self.cascade.trials), "cascade.trials", self.cascade.trials, "an integer >= 1"),
+            (_count(self.cascade.promote), "cascade.promote", self.cascade.promote, "an integer >= 1"),
+            (isinstance(self.cascade.margin, int | float) and not isinstance(self.cascade.margin, bool)
+             and 0 <= self.cascade.margin < 1, "cascade.margin", self.cascade.margin, "a number in [0, 1)"),
+            (isinstance(self.tune_experts, bool), "tune_experts", self.tune_experts, "true or false"),
+            (isinstance(self.bootstrap_samples, int) and not isinstance(self.bootstrap_samples, bool)
+             and self.bootstrap_samples >= 100, "bootstrap_samples", self.bootstrap_samples, "an integer >= 100"),
         ]
         for ok, key, value, want in checks:
             if not ok:
@@ -243,7 +283,11 @@ class SearchConfig:
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "eval": EvalSettings, "proposer": ProposerConfig,
-             "optuna": OptunaConfig, "executor": ExecutorConfig}
+             "optuna": OptunaConfig, "cascade": CascadeConfig, "executor": ExecutorConfig}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:

@@ -47,7 +47,7 @@ def plan_evaluations(config: SearchConfig, n_train: int, n_heldout: int) -> Eval
     of ``seed_from`` are added by the loop when it has read them)."""
     return EvalPlan(
         experts=len(config.experts) * (n_train + n_heldout),
-        per_program=config.optuna.trials * n_train,
+        per_program=(config.cascade.promote if config.cascade.enabled else config.optuna.trials) * n_train,
         programs=len(config.seeds) + config.generations * config.proposer.per_generation,
         per_heldout_close=config.heldout_front * n_heldout,
         heldout_closes=config.generations + 1,

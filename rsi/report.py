@@ -2,8 +2,9 @@
 
 Figures: the cost vs pass-rate plane (train and held-out) with the evolved front and the expert
 policies; hypervolume per generation; the lineage of the best policy; per-family pass rates.
-The headline is the cost change of the cheapest evolved policy whose held-out pass rate is at
-least that of Standard (and of rolling drop), or a plain statement that none matched.
+The headline comes from ``headline.json`` (``rsi.headline``): the best evolved policy against
+each expert (fixed and tuned) on held-out, paired over tasks with 95% bootstrap intervals, with a
+verdict in words: which comparisons are significant, or plainly that nothing beat the experts.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from rsi.archive import Archive, Candidate, Status
+from rsi.headline import headline_lines, read_headline
 from rsi.pareto import front
+from rsi.proposer_report import proposer_section
 
 EXPERT_STYLE = {"full": ("s", "#444444"), "rolling_drop": ("D", "#d62728"), "standard": ("^", "#1f77b4"),
                 "text_engineering": ("v", "#17becf"), "trim": ("x", "#7f7f7f"), "thinking_drop": ("P", "#8c564b")}
@@ -45,7 +48,9 @@ def _plane(archive: Archive, split: str, path: Path) -> None:
         m = getattr(c, split)
         if c.expert and m is not None and m.ok:
             marker, color = EXPERT_STYLE.get(c.spec, ("o", "black"))
-            ax.scatter([m.cost_cents_mean], [m.pass_rate], marker=marker, s=70, color=color, label=c.label, zorder=4)
+            tuned = c.proposer == "expert-tuned"  # hollow: the tuned setting beside the filled fixed one
+            ax.scatter([m.cost_cents_mean], [m.pass_rate], marker=marker, s=70, label=c.label, zorder=4,
+                       facecolors="none" if tuned else color, edgecolors=color)
     ax.set_xlabel("mean cost per task (cents)")
     ax.set_ylabel("pass rate")
     ax.set_title(f"cost vs pass rate ({split})")
@@ -116,29 +121,6 @@ def _families(archive: Archive, best: Candidate | None, path: Path) -> None:
     plt.close(fig)
 
 
-def headline(archive: Archive) -> list[str]:
-    """Cost change vs Standard and vs rolling drop at equal-or-better held-out pass rate."""
-    out = []
-    evolved = [c for c in archive.scored() if c.heldout is not None and c.heldout.ok]
-    for spec in ("standard", "rolling_drop"):
-        ref = next((c for c in archive.candidates if c.expert and c.spec == spec and c.heldout and c.heldout.ok), None)
-        if ref is None or ref.heldout is None:
-            out.append(f"{spec}: not evaluated on the held-out split.")
-            continue
-        ok = [c for c in evolved if c.heldout and c.heldout.pass_rate >= ref.heldout.pass_rate]
-        if not ok:
-            out.append(f"No evolved policy reached {ref.label}'s held-out pass rate "
-                       f"({ref.heldout.pass_rate:.3f}); nothing beat it at equal accuracy.")
-            continue
-        best = min(ok, key=lambda c: c.heldout.cost_cents_mean if c.heldout else float("inf"))
-        assert best.heldout is not None
-        change = 100 * (best.heldout.cost_cents_mean / ref.heldout.cost_cents_mean - 1)
-        out.append(f"{best.label} costs {change:+.1f}% vs {ref.label} on held-out tasks "
-                   f"({best.heldout.cost_cents_mean:.4f}c vs {ref.heldout.cost_cents_mean:.4f}c per task) at pass rate "
-                   f"{best.heldout.pass_rate:.3f} vs {ref.heldout.pass_rate:.3f}.")
-    return out
-
-
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
@@ -166,6 +148,21 @@ def _row(c: Candidate) -> dict[str, Any]:
             "held-out cost (c)": c.heldout.cost_cents_mean if c.heldout else None, "params": c.params}
 
 
+def _fidelity_section(run: Path) -> str:
+    """The evaluation cascade's check (``fidelity.json``), when the run used it: how well the
+    zero-forward proxy ranked policies the way the model did. Its numbers are predictions and are
+    labelled so; every pass rate elsewhere in the report is the model's."""
+    path = run / "fidelity.json"
+    if not path.exists():
+        return ""
+    fid = json.loads(path.read_text())
+    rows = [{"policy": k, "predicted pass (proxy)": v["predicted_pass"], "model pass": v["model_pass"]}
+            for k, v in sorted(fid.get("pairs", {}).items())]
+    return (f"<h2>Evaluation cascade</h2><p>{html.escape(fid.get('summary', ''))}. "
+            f"{fid.get('screened_trials', 0)} proxy trials screened this attempt; only promoted ones met the "
+            f"model.</p>{_table(rows, ['policy', 'predicted pass (proxy)', 'model pass'])}")
+
+
 def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for ``run_dir``; returns the figure paths."""
     run = Path(run_dir)
@@ -191,6 +188,9 @@ def write_report(run_dir: str | Path) -> list[Path]:
     hv = archive.hv_history
     cols = ["label", "expert", "generation", "proposer", "train pass", "train cost (c)", "held-out pass",
             "held-out cost (c)", "params"]
+    lines = headline_lines(read_headline(run), archive)
+    proposer_html, proposer_figures = proposer_section(run, archive)
+    fidelity_html = _fidelity_section(run)
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>AKV-RSI search report: {html.escape(config.get('name', ''))}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}
@@ -204,7 +204,13 @@ rates {html.escape(config['eval']['rates'])} (unconfirmed list prices: compare r
 {len(archive.candidates)} archive entries, {len(archive.failures())} recorded failures,
 {len(hv) - 1 if hv else 0} generations. The summarization baselines use the deterministic extractive
 summarizer (a generous upper bound on their quality).</p>
-<h2>Headline</h2><div class="headline">{"<br>".join(html.escape(x) for x in headline(archive))}</div>
+<h2>Headline</h2><div class="headline">{"<br>".join(html.escape(x) for x in lines)}</div>
+<p>Paired over held-out tasks, 95% percentile-bootstrap intervals ({config.get('bootstrap_samples', 2000)} resamples);
+significant: the cost interval excludes 0, the pass-rate interval's lower bound is at least -0.05, and at least
+5 held-out tasks were paired.
+Tuned experts (hollow markers) had their setting tuned on train with the evolved programs' trial budget.
+Details: headline.json.</p>
+{fidelity_html}
 <h2>Cost vs pass rate</h2>{_img(paths['pareto_train'])}{_img(paths['pareto_heldout'])}
 <h2>Pareto front and experts</h2>{_table([_row(c) for c in archive.front() + experts], cols)}
 <h2>Hypervolume per generation</h2>{_img(paths['hypervolume'])}
@@ -212,8 +218,9 @@ summarizer (a generous upper bound on their quality).</p>
 <h2>Lineage of the best policy</h2>{_img(paths['lineage'])}
 <h2>Per-family pass rates</h2>{_img(paths['families'])}
 <h2>Proposer</h2>{_table([stats], list(stats)) if stats else '<p>no proposals yet</p>'}
+{proposer_html}
 <h2>Recorded failures</h2>{_table(failures, ['label', 'generation', 'proposer', 'status', 'reason'])
                           if failures else '<p>none</p>'}
 </body></html>"""
     (run / "report.html").write_text(page)
-    return list(paths.values())
+    return list(paths.values()) + proposer_figures

@@ -19,61 +19,36 @@ import json
 import logging
 import random
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from engine.errors import AKVError, show
+from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity
 from evals.probes import ProbeFormat
-from evals.replay import EvalConfig, PolicySpec, TaskResult
-from evals.tasks import load_suite
+from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
+from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.config import SearchConfig, config_from_dict
 from rsi.executors.base import EvalRequest, Executor
+from rsi.expert_tuning import TUNED, tunable, tune_expert
+from rsi.headline import build_headline, write_headline
 from rsi.metrics import aggregate
+from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.progress import SearchProgress, plan_evaluations
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from rsi.rundir import RunDirError, check_sqlite, read_json, write_json, write_text
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
-from rsi.tuning import make_storage, tune
+from rsi.tuning import Screen, TuneResult, make_storage, tune
 from search_spaces import Episode, check_program, seed_source
 
 log = logging.getLogger("akv.search")
-
-
-def select_tasks(tasks: Sequence[Task], n: int) -> list[Task]:
-    """``n`` tasks (0 = all) spread evenly over families, deterministic."""
-    if n <= 0 or n >= len(tasks):
-        return list(tasks)
-    by: dict[str, list[Task]] = defaultdict(list)
-    for t in tasks:
-        by[t.family].append(t)
-    out: list[Task] = []
-    i = 0
-    while len(out) < n:
-        for fam in sorted(by):
-            if i < len(by[fam]) and len(out) < n:
-                out.append(by[fam][i])
-        i += 1
-    return out
-
-
-def parse_expert(text: str) -> PolicySpec:
-    """``name`` or ``name:k=v,k=v`` (values parsed as YAML scalars)."""
-    name, _, rest = text.partition(":")
-    params = {}
-    for kv in filter(None, rest.split(",")):
-        k, _, v = kv.partition("=")
-        params[k.strip()] = yaml.safe_load(v)
-    short = ",".join(f"{k}={v}" for k, v in params.items())
-    return PolicySpec(name.strip(), params, label=f"expert:{name.strip()}" + (f"({short})" if short else ""))
+parse_expert = PolicySpec.parse  # (the expert notation belongs to evals; kept here for callers of rsi.search)
+__all__ = ["Search", "SearchResult", "load_run_config", "parse_expert", "select_tasks"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +91,10 @@ class Search:
                                                                           config.tracking_uri)
         self.archive = Archive()
         self.seen: set[str] = set()
+        self.niches: NicheMap | None = None  # diversity niches, rebuilt as each generation closes
+        self._proxy: ProxyReplay | None = None  # the cascade's zero-forward fidelity (cascade.enabled)
+        self.fidelity_pairs: dict[str, tuple[float, float]] = {}  # policy -> (predicted, model) pass on train
+        self.screened = 0  # proxy trials this attempt
         self._progress_enabled = progress
         self._outputs_generation = self._written_generation()
         self.progress = SearchProgress(0, enabled=False)  # replaced by run() once the tasks are known
@@ -246,6 +225,10 @@ class Search:
         status = "FAILED"
         try:
             self._experts()
+            if cfg.tune_experts:
+                self._tune_experts()
+            if cfg.cascade.enabled:
+                self._proxy = self._make_proxy()
             self._generation_zero()
             smoke = [Episode.of(list(t.messages), self._counts(t)) for t in self.train[:1]]
             proposer = self.proposer(smoke)
@@ -262,6 +245,8 @@ class Search:
                 self.state.pop("error", None)
                 self._write_outputs()
                 figures = self._report()
+                if self._proxy is not None:
+                    print(check_fidelity(self.fidelity_pairs).summary(), flush=True)
             else:  # outputs stay as the last finished generation wrote them; a resume replays the rest
                 log.error("search %s attempt %d failed (%s); archive.json, pareto.json and the report are left "
                           "as the last finished generation wrote them", cfg.name, self.state["attempt"],
@@ -307,6 +292,90 @@ class Search:
                       f"{m_train.cost_cents_mean:.4f}c | held-out pass {m_held.pass_rate:.3f} cost "
                       f"{m_held.cost_cents_mean:.4f}c")
 
+    def _tune_experts(self) -> None:
+        """Tune each tunable expert's setting on train (``rsi.expert_tuning``), evaluate the choice on held-out."""
+        seen: set[str] = set()
+        for text in self.config.experts:
+            spec = parse_expert(text)
+            if not tunable(spec) or spec.name in seen:
+                continue
+            seen.add(spec.name)
+            planned = self.config.optuna.trials * len(self.train) + len(self.heldout)
+            self.progress.replan(planned)
+            with self.progress.unit(planned):
+                tuned = tune_expert(spec, study_name=f"expert-tuned:{spec.name}-a{self.state['attempt']}",
+                                    storage=make_storage(self.config.optuna.storage, self.run_dir),
+                                    sampler=self.config.optuna.sampler, seed=self.config.seed,
+                                    n_trials=self.config.optuna.trials,
+                                    evaluate=lambda s: self.evaluate(s, self.train))
+                if tuned.best is None or tuned.best.train is None:
+                    reason = next((t.reason for t in tuned.trials if t.reason), "no trial finished")
+                    self._say(f"  expert {tuned.label:44s} not tuned: {reason}")
+                    continue
+                best = PolicySpec(spec.name, tuned.best.params, label=tuned.label)
+                held = self.evaluate(best, self.heldout)
+            c = Candidate(candidate_id(f"{spec.name}:tuned", tuned.best.params), spec.name, tuned.label,
+                          tuned.best.params, 0, proposer="expert-tuned", train=tuned.best.train,
+                          heldout=aggregate(held), expert=True, spec=spec.name,
+                          reason=f"tuned {TUNED[spec.name]} on train with {len(tuned.trials)} trials")
+            self.archive.add(c)
+            self.tracker.candidate(c, None, self.evaluate(best, self.train) + held)
+            m_held = aggregate(held)
+            self._say(f"  expert {tuned.label:44s} train pass {tuned.best.train.pass_rate:.3f} cost "
+                      f"{tuned.best.train.cost_cents_mean:.4f}c | held-out pass {m_held.pass_rate:.3f} cost "
+                      f"{m_held.cost_cents_mean:.4f}c ({TUNED[spec.name]}="
+                      f"{tuned.best.params.get(TUNED[spec.name], tuned.fixed[TUNED[spec.name]])})")
+
+    def _make_proxy(self) -> ProxyReplay:
+        """The cascade's zero-forward fidelity: the two model controls on train (``full`` and
+        ``drop_evidence``, stored like any evaluation), then every expert's prediction beside its
+        model numbers (the first points of the fidelity check)."""
+        with self.progress.unit(2 * len(self.train)):
+            self.progress.replan(2 * len(self.train))
+            full = self.evaluate(PolicySpec("full"), self.train)
+            dropped = self.evaluate(PolicySpec(DIAGNOSTIC), self.train)
+        table = EvidenceTable.fit(full, dropped)
+        engine = (DryEngine.of(self._engine) if self._engine is not None
+                  else DryEngine.load(self.config.model.name, self.config.model.template))
+        proxy = ProxyReplay(engine, table, self.eval_config)
+        for c in self.archive.candidates:  # (not ``full``: the proxy reproduces its control by construction)
+            if c.expert and c.spec != "full" and c.train is not None and c.train.ok:
+                predicted = aggregate(proxy.evaluate_many(self._spec(c), self.train))
+                if predicted.ok:
+                    self.fidelity_pairs[c.id] = (predicted.pass_rate, c.train.pass_rate)
+        self._write_fidelity()
+        return proxy
+
+    def _screen(self, source: str, label: str) -> Screen | None:
+        proxy, cfg = self._proxy, self.config.cascade
+        if proxy is None:
+            return None
+
+        def predict(params: dict[str, Any], tasks: Sequence[Task]) -> list[TaskResult]:
+            return proxy.evaluate_many(PolicySpec("program", params, source=source, label=label), tasks)
+
+        return Screen(predict, cfg.trials, cfg.promote, cfg.margin)
+
+    def _record_fidelity(self, sha: str, result: TuneResult) -> None:
+        """Pairs of (predicted, model) train pass rate of every promoted trial the model finished."""
+        if not result.screened:
+            return
+        self.screened += len(result.screened)
+        self.progress.bar.set_postfix(screened=self.screened, refresh=False)
+        for o in result.trials:
+            if o.state == "complete" and o.proxy is not None and o.train is not None:
+                self.fidelity_pairs[candidate_id(sha, o.params)] = (o.proxy.pass_rate, o.train.pass_rate)
+        self._write_fidelity()
+
+    def _write_fidelity(self) -> None:
+        check = check_fidelity(self.fidelity_pairs)
+        self.state["screened"] = self.screened
+        write_json(self.run_dir / "fidelity.json", {
+            "policies": check.policies, "spearman": check.spearman, "target": check.target,
+            "enough": check.enough, "summary": check.summary(), "screened_trials": self.screened,
+            "pairs": {k: {"predicted_pass": p, "model_pass": m} for k, (p, m) in sorted(self.fidelity_pairs.items())},
+        })
+
     def _generation_zero(self) -> None:
         for name in self.config.seeds:
             self._tune(seed_source(name), f"seed:{name}", 0, (), "seed")
@@ -341,9 +410,8 @@ class Search:
         self._close_generation(g)
 
     def _parents(self) -> list[ParentView]:
-        front = self.archive.front()
-        others = sorted((c for c in self.archive.scored() if c not in front), key=lambda c: -c.point[1])
-        chosen = front + others[: max(0, self.config.proposer.parents - len(front))]
+        # The front, then diversity niches' elites (rsi.niches), then the best by pass rate.
+        chosen = choose_parents(self.archive, self.niches, self.config.proposer.parents)
         return [ParentView(c, self._source(c.program), self.feedback(c)) for c in chosen]
 
     def _proposals(self, g: int, parents: list[ParentView], proposer: Proposer, rng: random.Random) -> list[Proposal]:
@@ -382,7 +450,9 @@ class Search:
         result = tune(source, study, seed_name=f"{label}-{sha[:8]}",
                       storage=make_storage(cfg.optuna.storage, self.run_dir), sampler=cfg.optuna.sampler,
                       seed=cfg.seed, n_trials=cfg.optuna.trials, tasks=self.train,
-                      fidelity_tasks=cfg.optuna.fidelity_tasks, evaluate=evaluate, reference=self._reference)
+                      fidelity_tasks=cfg.optuna.fidelity_tasks, evaluate=evaluate, reference=self._reference,
+                      screen=self._screen(source, label))
+        self._record_fidelity(sha, result)
         if result.failed:
             reason = next((t.reason for t in result.trials if t.state == "failed"), "every trial was pruned")
             status = Status.FAILED if any(t.state == "failed" for t in result.trials) else Status.OK
@@ -417,6 +487,8 @@ class Search:
                                         "candidates": len(self.archive.candidates), "ref_cost": ref})
         self.tracker.generation(g, {"hypervolume": hv, "front_size": float(len(front)),
                                     "failures": float(len(self.archive.failures()))})
+        self.niches = niche_map(self.archive, self._train_results)
+        write_niches(self.run_dir / "niches.json", self.archive, self.niches, g)
         if g > self._outputs_generation:  # a resume replaying older generations keeps the newer outputs
             self._write_outputs()
             self._outputs_generation = self.state["outputs_generation"] = g
@@ -425,9 +497,15 @@ class Search:
         self._say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
                   + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""))
 
+    def _train_results(self, c: Candidate) -> list[TaskResult]:
+        """``c``'s stored train results (those evaluated; nothing is run)."""
+        found = (self.store.get(r.key) for r in self._requests(self._spec(c), self.train))
+        return [r for r in found if r is not None]
+
     def _ref_cost(self) -> float:
         """Reference cost of the hypervolume: 1.1 x the full-cache expert's train cost (fixed per run)."""
-        experts = [c for c in self.archive.candidates if c.expert and c.train and c.train.ok]
+        experts = [c for c in self.archive.candidates if c.expert and c.proposer == "expert" and c.train
+                   and c.train.ok]  # the fixed experts only, so tuning experts leaves the reference as it was
         costs = [c.train.cost_cents_mean for c in experts if c.train] or [1.0]
         return 1.1 * max(costs)
 
@@ -461,14 +539,22 @@ class Search:
                 "train_cost_cents_mean": c.train.cost_cents_mean if c.train else None,
                 "heldout_pass_rate": c.heldout.pass_rate if c.heldout else None,
                 "heldout_cost_cents_mean": c.heldout.cost_cents_mean if c.heldout else None,
+                "fidelity": "model",  # every number here was answered by the model (proxy numbers: fidelity.json)
             })
         return rows
 
     def _write_outputs(self) -> None:
         self.archive.save(self.run_dir / "archive.json")
         write_json(self.run_dir / "pareto.json", self.pareto_rows())
+        write_headline(self.run_dir, build_headline(self.archive, self._heldout_results,
+                                                    samples=self.config.bootstrap_samples, seed=self.config.seed))
         if self._executor is not None:
             write_json(self.run_dir / "replicas.json", self._executor.stats())
+
+    def _heldout_results(self, c: Candidate) -> list[TaskResult] | None:
+        """``c``'s per-task held-out results from the store (``None`` when one is missing)."""
+        results = [self.store.get(r.key) for r in self._requests(self._spec(c), self.heldout)]
+        return None if any(r is None for r in results) else [r for r in results if r is not None]
 
     def _report(self) -> list[Path]:
         from rsi.report import write_report

@@ -8,14 +8,20 @@ decisions fail makes a FAIL trial with its reason, and the study goes on: ``sugg
 raises for what a ``space`` does (bounds Optuna cannot hold, endless suggesting, exceptions), so
 no program ends a search, in generation 0, ``seed_from`` imports, proposals or a resume.
 ``study.best_trials`` are what enter the archive.
+
+The evaluation cascade (``screen``, a :class:`Screen`): before any model evaluation, a proxy
+study draws many parameter sets and scores each at the zero-forward fidelity (``evals.fidelity``:
+exact cost, pass predicted from which evidence stays attended); only the sets no other one beats
+by a margin are enqueued in the model study. Proxy numbers stay in ``TrialOutcome.proxy``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +47,55 @@ class CandidateFailure(Exception):
 
 @dataclass(frozen=True)
 class TrialOutcome:
-    """What one trial did."""
+    """What one trial did.
+
+    ``state``: ``complete``, ``pruned``, ``failed`` (model trials) or ``screened`` (a proxy trial
+    promoted to the model), ``screened_out`` (a proxy trial that was not). ``train`` holds model
+    numbers only; ``proxy`` the zero-forward prediction on the same train tasks (``pass_rate`` there
+    is a *predicted* pass rate, never reported as one).
+    """
 
     number: int
     params: dict[str, Any]
     state: str
     reason: str
     train: Metrics | None
+    proxy: Metrics | None = None
+    suggested: dict[str, Any] = field(default_factory=dict)
+    """Optuna's own record of the draw (suggestion name -> value), to enqueue it in another study."""
+
+
+@dataclass(frozen=True)
+class Screen:
+    """The zero-forward stage of the evaluation cascade (``evals.fidelity``).
+
+    Attributes:
+        evaluate: (params, tasks) -> proxy results (exact cost, predicted pass) on the train tasks.
+        trials: proxy trials per program (each costs no forward).
+        promote: at most this many distinct parameter sets go on to the model.
+        margin: a screened set is promoted unless another costs no more and predicts at least
+            ``margin`` more pass (0: the plain Pareto front of the predictions).
+    """
+
+    evaluate: Evaluate
+    trials: int
+    promote: int
+    margin: float
+
+    def __post_init__(self) -> None:
+        if self.trials < 1 or self.promote < 1 or not 0 <= self.margin < 1:
+            raise ValueError(f"a screen needs trials >= 1, promote >= 1 and 0 <= margin < 1, got trials={self.trials}, "
+                             f"promote={self.promote}, margin={self.margin}")
 
 
 @dataclass(frozen=True)
 class TuneResult:
+    """``best``: the model study's Pareto trials; ``trials``: its trials; ``screened``: the proxy
+    study's trials (empty without a screen)."""
+
     best: list[TrialOutcome]
     trials: list[TrialOutcome]
+    screened: list[TrialOutcome] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -82,19 +124,66 @@ def study_seed(base: int, name: str) -> int:
     return (base * 1_000_003 + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)) % (2**31)
 
 
+def _params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def promoted(screened: Sequence[TrialOutcome], k: int, margin: float) -> list[TrialOutcome]:
+    """The screened trials that go on to the model: distinct parameter sets that no other one
+    margin-dominates (costs no more and predicts at least ``margin`` more pass; with ``margin`` 0,
+    plain Pareto dominance), at most ``k`` of them spread evenly along cost (``k`` = 1: the highest
+    predicted pass, then the lowest cost)."""
+    unique: dict[str, tuple[TrialOutcome, float, float]] = {}
+    for o in screened:
+        if o.proxy is not None and o.proxy.ok:
+            unique.setdefault(_params_key(o.params), (o, o.proxy.cost_cents_mean, o.proxy.pass_rate))
+    points = list(unique.values())
+
+    def beaten(c: float, p: float) -> bool:
+        return any(qc <= c and qp >= p + margin and (margin > 0 or qc < c or qp > p) for _, qc, qp in points)
+
+    keep = sorted((x for x in points if not beaten(x[1], x[2])), key=lambda x: (x[1], -x[2], x[0].number))
+    if len(keep) <= k:
+        return [x[0] for x in keep]
+    if k == 1:
+        return [max(keep, key=lambda x: (x[2], -x[1], -x[0].number))[0]]
+    return [keep[round(i * (len(keep) - 1) / (k - 1))][0] for i in range(k)]
+
+
 def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int, n_trials: int,
          tasks: Sequence[Task], fidelity_tasks: int, evaluate: Evaluate, reference: Reference,
-         seed_name: str | None = None) -> TuneResult:
+         seed_name: str | None = None, screen: Screen | None = None) -> TuneResult:
     """Tune ``source`` (see the module docstring).
 
     ``study_name`` must be new in ``storage`` (a resumed search uses a new name per attempt);
     the sampler's seed derives from ``seed`` and ``seed_name`` (default: the study name), so a
     replayed study draws the same parameters.
+
+    With ``screen`` (the evaluation cascade): a study ``<study_name>-proxy`` of ``screen.trials``
+    trials scores each drawn parameter set at the zero-forward fidelity on all ``tasks``; the
+    :func:`promoted` sets are then enqueued, in that order, in the model study ``study_name``
+    (``n_trials`` is not used), where they meet the model as above (first ``fidelity_tasks``, then
+    all). Every proxy trial is in ``TuneResult.trials`` (``screened`` or ``screened_out``).
     """
+    name = seed_name or study_name
+    screened: list[TrialOutcome] = []
+    if screen is not None:
+        proxy_sampler = make_sampler(sampler, study_seed(seed, name + "-proxy"))
+        screened = _screen(source, study_name + "-proxy", storage, proxy_sampler, tasks, screen)
+        chosen = promoted(screened, screen.promote, screen.margin)
+        chosen_numbers = {o.number for o in chosen}
+        screened = [replace(o, state="screened") if o.number in chosen_numbers else o for o in screened]
     study = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"],
-                                sampler=make_sampler(sampler, study_seed(seed, seed_name or study_name)))
+                                sampler=make_sampler(sampler, study_seed(seed, name)))
     outcomes: dict[int, TrialOutcome] = {}
     k = fidelity_tasks if 0 < fidelity_tasks < len(tasks) else len(tasks)
+    proxy_of: dict[str, Metrics] = {}
+    if screen is not None:
+        for o in (o for o in screened if o.state == "screened"):
+            study.enqueue_trial(o.suggested)
+            assert o.proxy is not None
+            proxy_of[_params_key(o.params)] = o.proxy
+        n_trials = len(proxy_of)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         drawn = suggest_params(source, trial)
@@ -126,11 +215,42 @@ def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int,
             reason = (bad.error if bad else None) or "no probes scored"
             outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
             raise CandidateFailure(reason)
-        outcomes[trial.number] = TrialOutcome(trial.number, params, "complete", "", metrics)
+        outcomes[trial.number] = TrialOutcome(trial.number, params, "complete", "", metrics,
+                                              proxy_of.get(_params_key(params)))
         return metrics.cost_cents_mean, metrics.pass_rate
 
-    study.optimize(objective, n_trials=n_trials, catch=(CandidateFailure,))
-    best_numbers = {t.number for t in study.best_trials}
+    if n_trials > 0:
+        study.optimize(objective, n_trials=n_trials, catch=(CandidateFailure,))
+    best_numbers = {t.number for t in study.best_trials} if n_trials > 0 else set()
     trials = [outcomes[n] for n in sorted(outcomes)]
     best = [o for o in trials if o.number in best_numbers and o.state == "complete"]
-    return TuneResult(best, trials)
+    return TuneResult(best, trials, screened)
+
+
+def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers.BaseSampler,
+            tasks: Sequence[Task], screen: Screen) -> list[TrialOutcome]:
+    """The proxy study: every trial's parameters at the zero-forward fidelity on all ``tasks``."""
+    study = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"],
+                                sampler=sampler)
+    outcomes: dict[int, TrialOutcome] = {}
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        drawn = suggest_params(source, trial)
+        if not drawn.ok:
+            outcomes[trial.number] = TrialOutcome(trial.number, {}, "failed", drawn.reason, None)
+            raise CandidateFailure(drawn.reason)
+        params = dict(drawn.params or {})
+        results = screen.evaluate(params, tasks)
+        bad = next((r for r in results if not r.ok), None)
+        metrics = aggregate(results)
+        if bad is not None or not metrics.ok:
+            reason = (bad.error if bad else None) or "no probes predicted"
+            outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
+            raise CandidateFailure(reason)
+        trial.set_user_attr("fidelity", "proxy")
+        outcomes[trial.number] = TrialOutcome(trial.number, params, "screened_out", "not promoted to the model",
+                                              None, metrics, dict(trial.params))
+        return metrics.cost_cents_mean, metrics.pass_rate
+
+    study.optimize(objective, n_trials=screen.trials, catch=(CandidateFailure,))
+    return [outcomes[n] for n in sorted(outcomes)]

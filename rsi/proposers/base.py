@@ -45,7 +45,8 @@ class ParentView:
 
 @dataclass
 class ProposerStats:
-    """Counters a search reports: attempts, valid proposals, tokens and dollars spent."""
+    """Counters a search reports: attempts, valid proposals, tokens and dollars spent, and per
+    operator (or prompt variant) the attempts and valid proposals (``operators``)."""
 
     attempts: int = 0
     valid: int = 0
@@ -53,6 +54,7 @@ class ProposerStats:
     completion_tokens: int = 0
     usd: float = 0.0
     budget_exhausted: bool = False
+    operators: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def validity_rate(self) -> float:
@@ -61,7 +63,8 @@ class ProposerStats:
     def to_dict(self) -> dict[str, Any]:
         return {"attempts": self.attempts, "valid": self.valid, "validity_rate": self.validity_rate,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "usd": self.usd,
-                "budget_exhausted": self.budget_exhausted}
+                "budget_exhausted": self.budget_exhausted,
+                "operators": {k: dict(v) for k, v in sorted(self.operators.items())}}
 
 
 class Proposer(abc.ABC):

@@ -2,7 +2,8 @@
 
 The prompt carries the policy API (``search_spaces.api_doc()``), a parent program with its train
 metrics and concrete feedback (per-family pass rates, the probes it failed and the evidence
-messages it had dropped, its cost breakdown), and the answer format: a whole program in a
+messages it had dropped, its cost breakdown, its per-family pass-rate change against its own parent,
+and the reasons earlier proposals derived from it failed), and the answer format: a whole program in a
 ```python block, or SEARCH/REPLACE blocks against the parent. A program that fails the checker
 or a smoke run goes back to the model once with the error; whatever comes back is proposed, so a
 bad program ends as a recorded failure with its reason, never silently. Tokens and dollars are
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rsi.archive import Archive
+from rsi.archive import Archive, Candidate, Status
 from rsi.config import ProposerConfig
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
@@ -63,6 +64,25 @@ def apply_reply(reply: str, parent: str) -> tuple[str, str]:
     if code:
         return max(code, key=len), "whole program"
     return reply, "no code block in the reply"
+
+
+def lineage_feedback(c: Candidate, archive: Archive, max_failures: int = 4) -> list[str]:
+    """Prompt lines: ``c``'s per-family train pass-rate change against its first scored parent, and
+    the most recent proposals derived from ``c`` that were refused or failed, with their reasons."""
+    lines: list[str] = []
+    scored = {x.id: x for x in archive.scored()}
+    parent = next((scored[p] for p in c.parents if p in scored), None)
+    if parent is not None and parent.train is not None and c.train is not None:
+        fams = sorted(set(c.train.per_family) & set(parent.train.per_family))
+        deltas = {f: round(c.train.per_family[f] - parent.train.per_family[f], 4) for f in fams}
+        lines.append(f"Pass rate change per task family against its parent {parent.label}: "
+                     f"{json.dumps(deltas)}")
+    children = [x for x in archive.candidates if c.id in x.parents and x.status is not Status.OK]
+    if children:
+        lines.append("Earlier proposals derived from this program that failed (avoid repeating them):")
+        lines += [f"- {x.label} ({x.proposer}): {x.status.value}: {x.reason[:200]}"
+                  for x in children[-max_failures:]]
+    return lines
 
 
 class BudgetExhausted(Exception):
@@ -114,7 +134,9 @@ class LLMProposer(Proposer):
 
     # ---------------------------------------------------------------- prompts
 
-    def prompt(self, parent: ParentView) -> list[dict[str, str]]:
+    def prompt(self, parent: ParentView, archive: Archive | None = None) -> list[dict[str, str]]:
+        """The messages for one proposal from ``parent``; with ``archive``, also the parent's
+        per-family pass-rate change against its own first parent and its children's failures."""
         c = parent.candidate
         fb = parent.feedback
         train = fb.get("train") or {}
@@ -129,6 +151,8 @@ class LLMProposer(Proposer):
             lines.append("Probes it failed (the evidence messages it had dropped, if any):")
             lines += [f"- {f['family']} {f['kind']}: answer {f['answer']!r}, chose {f['chosen']!r}, evidence messages "
                       f"dropped {f['evidence_messages_dropped']}" for f in failed]
+        if archive is not None:
+            lines += lineage_feedback(c, archive)
         user = "\n".join([api_doc(), "", *lines, "", FORMAT])
         return [{"role": "system", "content": self.instructions}, {"role": "user", "content": user}]
 
@@ -155,7 +179,7 @@ class LLMProposer(Proposer):
             if parent is None:
                 break
             try:
-                messages = self.prompt(parent)
+                messages = self.prompt(parent, archive)
                 reply = self._call(messages)
                 source, note = apply_reply(reply, parent.source)
                 problem = self._problem(source)

@@ -9,7 +9,16 @@ Operators (one per proposal, chosen at random):
 - ``drop_rule``: remove one statement from a block (a rule) that has others;
 - ``reorder``: swap two adjacent statements (rule order);
 - ``crossover``: replace a function with the same-named function of a second parent, or take
-  some of its ``DEFAULTS``.
+  some of its ``DEFAULTS``;
+- ``fragment``: splice in a rule from the fragment library (``search_spaces.fragments``: keep
+  mentioned tool responses, drop superseded records, protect the task, reposition after N dropped
+  tokens) -- a structural edit that creates behaviour the parent does not have.
+
+The operator of each proposal is chosen by a UCB1 bandit (``rsi.proposers.bandit``) rebuilt at
+every call from the archive: each earlier offspring's reward (scored, entered the front,
+hypervolume gain) is credited to the operator that made it. Within one call, an edit that does
+not apply or is refused counts as a pull with reward 0, and a proposal as a pull at the arm's
+current mean (0.5 for a new arm), so one generation spreads over the promising operators.
 
 Each result must pass ``check_program`` and a smoke run in the sandbox on a real trajectory
 before it is proposed; invalid edits are retried and counted, so the validity rate is reported.
@@ -25,10 +34,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from rsi.archive import Archive
+from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from search_spaces import Episode, check_program, run_program
+from search_spaces.fragments import FRAGMENTS, compose, present
 
-OPERATORS = ("constant", "compare", "boolop", "arith", "drop_rule", "reorder", "crossover")
+OPERATORS = ("constant", "compare", "boolop", "arith", "drop_rule", "reorder", "crossover", "fragment")
 _FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
 
 
@@ -153,38 +164,59 @@ class MutationProposer(Proposer):
         super().__init__()
         self.smoke = list(smoke)
         self.max_attempts = max_attempts
+        self.bandit: UCB1 | None = None  # the last call's bandit (for inspection and reports)
 
     def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
                 seen: set[str]) -> list[Proposal]:
         if not parents:
             return []
+        bandit = self.bandit = bandit_from_archive(OPERATORS, archive, ref_cost_of(archive))
         out: list[Proposal] = []
         for _ in range(n):
             for _attempt in range(self.max_attempts):
                 parent = parents[rng.randrange(len(parents))]
-                op = rng.choice(OPERATORS)
+                op = bandit.choose()
                 other = parents[rng.randrange(len(parents))] if op == "crossover" and len(parents) > 1 else None
                 if op == "crossover" and (other is None or other.source == parent.source):
+                    bandit.update(op, 0.0)
                     continue
                 proposal = self._try(parent, other, op, rng, seen)
-                if proposal is not None:
-                    out.append(proposal)
-                    seen.add(source_hash(proposal.source))
-                    break
+                ops = self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0})
+                ops["attempts"] += 1
+                if proposal is None:
+                    bandit.update(op, 0.0)
+                    continue
+                ops["valid"] += 1
+                bandit.update(op, bandit.mean(op) if bandit.pulls.get(op) else 0.5)
+                out.append(proposal)
+                seen.add(source_hash(proposal.source))
+                break
         return out
 
     def _try(self, parent: ParentView, other: ParentView | None, op: str, rng: random.Random,
              seen: set[str]) -> Proposal | None:
-        tree = ast.parse(parent.source)
-        other_tree = ast.parse(other.source) if other is not None else None
-        note = _mutate(tree, op, rng, other_tree)
-        if note is None:
-            return None
-        ast.fix_missing_locations(tree)
-        try:
-            source = ast.unparse(tree) + "\n"
-        except (ValueError, RecursionError):
-            return None
+        if op == "fragment":
+            missing = [f for f in FRAGMENTS if f not in present(parent.source)]
+            if not missing:
+                return None
+            name = rng.choice(missing)
+            try:
+                source = compose(parent.source, name)
+            except (ValueError, RecursionError, SyntaxError):  # FragmentError is a ValueError
+                return None
+            note = f"fragment: {name} ({FRAGMENTS[name].doc})"
+        else:
+            tree = ast.parse(parent.source)
+            other_tree = ast.parse(other.source) if other is not None else None
+            mutated = _mutate(tree, op, rng, other_tree)
+            if mutated is None:
+                return None
+            note = mutated
+            ast.fix_missing_locations(tree)
+            try:
+                source = ast.unparse(tree) + "\n"
+            except (ValueError, RecursionError):
+                return None
         if source_hash(source) in seen:
             return None
         self.stats.attempts += 1

@@ -107,3 +107,26 @@ def test_llm_proposer_against_akv_serve_with_the_default_model(tmp_path, tiny_pl
     for c in llm:
         assert c.status is not Status.OK and c.reason, (c.label, c.status, c.reason)
     assert gemma.stats.requests >= 2  # the proposal and its one retry
+
+
+def test_prompt_carries_family_deltas_and_failures_of_the_parent(tmp_path):
+    from rsi.archive import Candidate
+    from rsi.metrics import Metrics
+    from rsi.proposers.base import ParentView
+    from rsi.proposers.llm import lineage_feedback
+
+    a = Archive()
+    a.add(Candidate("p", "p", "seed:x", {}, 0, train=Metrics(0.5, 1.0, 2, 4, per_family={"f1": 0.5, "f2": 1.0})))
+    c = a.add(Candidate("c", "c", "g1-p0", {}, 1, ("p",), "mutation:constant",
+                        train=Metrics(0.6, 0.9, 2, 4, per_family={"f1": 0.75, "f2": 0.5})))
+    a.add(Candidate("bad", "b", "g2-p3", {}, 2, ("c",), "llm", status=Status.REFUSED, reason="line 1: import of 'os'"))
+    lines = lineage_feedback(c, a)
+    assert 'against its parent seed:x: {"f1": 0.25, "f2": -0.5}' in lines[0]
+    assert lines[-1] == "- g2-p3 (llm): refused: line 1: import of 'os'"
+    assert lineage_feedback(a.get("p"), a) == []  # a seed: no parent, no failed children
+    # The prompt carries them (no endpoint needed to build a prompt).
+    from rsi.proposers.llm import LLMProposer
+
+    cfg = tiny_config(proposer={"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    prompt = LLMProposer(cfg.proposer, [], tmp_path).prompt(ParentView(c, GOOD, {}), a)
+    assert "Pass rate change per task family" in prompt[-1]["content"] and "import of 'os'" in prompt[-1]["content"]

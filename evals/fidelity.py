@@ -1,0 +1,262 @@
+"""The zero-forward fidelity: a policy's pass rate predicted without running the model.
+
+The replay evaluator (:mod:`evals.replay`) answers every probe with the model; on CPU that is
+seconds per probe. Cost needs no model at all (the dry-run accountant is exact). This module
+predicts the other objective from one fact the schedule fixes without a forward: whether each
+probe's evidence is still attended when the probe is asked. The prediction for one probe is what
+the model measurably did on that same probe in that state:
+
+    predicted pass(probe) = passed_with_evidence(probe)     if none of its evidence is dropped
+                            passed_without_evidence(probe)  otherwise
+
+where the two outcomes come from two model evaluations per task that a search runs anyway: the
+``full`` cache (evidence attended) and the ``drop_evidence`` control (exactly the evidence
+dropped). A probe is "without evidence" as soon as any of its evidence ids is gone (a multi-hop
+probe needs both hops). What this ignores, and why it must be validated rather than assumed:
+dropping *other* messages (distractors, look-alikes) can change an answer too, and a policy can
+drop evidence that is restated in a kept message. :func:`spearman` measures how well the proxy
+ranks policies the way the model does; a search reports it beside every proxy number.
+
+Results carry ``fidelity="proxy"``: a proxy number is a prediction, never a pass rate.
+Not for: held-out claims (held-out is always answered by the model), or tasks whose two control
+evaluations were not run (the proxy refuses them, naming the task).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.accounting import Accountant
+from engine.errors import AKVError
+from engine.interface import ChatEngine
+from engine.layout import Rendered, Renderer
+from evals.errors import TaskError
+from evals.replay import (
+    DIAGNOSTIC,
+    EvalConfig,
+    PolicySpec,
+    ProbeResult,
+    Replay,
+    TaskResult,
+    probe_state,
+    request_cuts,
+)
+from evals.tasks.schema import Task
+from search_spaces import Episode
+from search_spaces.decision import Decision
+
+FULL = "full"
+UNBOUNDED = 1 << 60
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """The model's answer to one probe with its evidence attended (``kept``) and dropped (``dropped``)."""
+
+    kept: bool
+    dropped: bool
+
+
+@dataclass(frozen=True)
+class EvidenceTable:
+    """Measured outcomes per (task id, probe index), from the ``full`` and ``drop_evidence`` runs."""
+
+    outcomes: Mapping[tuple[str, int], ProbeOutcome]
+
+    @classmethod
+    def fit(cls, full: Iterable[TaskResult], dropped: Iterable[TaskResult]) -> EvidenceTable:
+        """Pair the two control evaluations probe by probe.
+
+        Raises:
+            TaskError: a control result failed, or the two disagree on a task's probes.
+        """
+        kept = _by_probe(full, FULL)
+        gone = _by_probe(dropped, DIAGNOSTIC)
+        missing = sorted({t for t, _ in kept} ^ {t for t, _ in gone})
+        if missing:
+            raise TaskError(f"the full and drop_evidence controls cover different tasks: {missing[:5]}",
+                            field="tasks", value=missing[:5])
+        if set(kept) != set(gone):
+            raise TaskError("the full and drop_evidence controls have different probes", field="probes")
+        return cls({k: ProbeOutcome(kept[k], gone[k]) for k in kept})
+
+    def tasks(self) -> set[str]:
+        return {t for t, _ in self.outcomes}
+
+    def predict(self, task: Task, index: int, dropped: set[int]) -> bool:
+        """Whether probe ``index`` of ``task`` is predicted to pass with messages ``dropped`` gone.
+
+        Raises:
+            TaskError: the table has no outcome for this probe.
+        """
+        outcome = self.outcomes.get((task.id, index))
+        if outcome is None:
+            raise TaskError(f"the proxy has no measured outcome for task {task.id!r} probe {index}: evaluate "
+                            "'full' and 'drop_evidence' on it with the model first", field="task", value=task.id)
+        evidence = set(task.probes[index].evidence_ids)
+        return outcome.dropped if evidence & dropped else outcome.kept
+
+
+def _by_probe(results: Iterable[TaskResult], what: str) -> dict[tuple[str, int], bool]:
+    out: dict[tuple[str, int], bool] = {}
+    for r in results:
+        if not r.ok or r.fidelity != "model":
+            raise TaskError(f"the {what} control on task {r.task_id!r} is not a model result ({r.error or r.fidelity})",
+                            field="tasks", value=r.task_id)
+        out.update({(r.task_id, p.index): p.passed for p in r.probes})
+    return out
+
+
+class DryEngine:
+    """What the proxy needs of an engine, without its weights: the renderer (tokenizer and chat
+    template) for token counts and the dry-run accountant, and the KV bytes per token. A search
+    whose evaluations run on Ray replicas or a server screens with one of these in its own process."""
+
+    def __init__(self, renderer: Renderer, bytes_per_token: int, name: str = ""):
+        self.renderer = renderer
+        self.bytes_per_token = bytes_per_token
+        self.name = name
+
+    @classmethod
+    def of(cls, engine: ChatEngine) -> DryEngine:
+        """The renderer and KV size of a loaded engine (in-process or remote)."""
+        geometry = getattr(engine, "geometry", None)
+        return cls(engine.renderer, geometry.bytes_per_token if geometry is not None else 1, engine.name)
+
+    @classmethod
+    def load(cls, model: str, template: str) -> DryEngine:
+        """Tokenizer and config of ``model`` only (seconds, not the weights' minute)."""
+        import torch
+
+        from engine.models.lean import KVGeometry
+        from engine.models.loading import load_config, load_tokenizer
+
+        geometry = KVGeometry.from_config(load_config(model), torch.float32)
+        return cls(Renderer(load_tokenizer(model), template), geometry.bytes_per_token, model)
+
+    def render(self, messages: Sequence[Any]) -> Rendered:
+        return self.renderer.render(messages)
+
+    def accountant(self, pool_bytes: int | None = None, host_bytes: int | None = None) -> Accountant:
+        return Accountant(self.renderer, self.bytes_per_token, UNBOUNDED if pool_bytes is None else pool_bytes,
+                          host_bytes or 0)
+
+
+class ProxyReplay(Replay):
+    """:class:`evals.replay.Replay` at the zero-forward fidelity: the same decisions and the same
+    exact accounting, with each probe's ``passed`` predicted by :class:`EvidenceTable` (the engine
+    renders and accounts; it never runs a forward). The multiple-choice and generation fields of
+    each probe stay empty: only ``passed`` is predicted.
+
+    :meth:`evaluate_many` runs a policy program once for all tasks (one sandbox process), which is
+    what makes screening thousands of candidates affordable.
+    """
+
+    fidelity = "proxy"
+
+    def __init__(self, engine: ChatEngine | DryEngine, table: EvidenceTable, config: EvalConfig | None = None):
+        super().__init__(engine, config)  # type: ignore[arg-type]  # (only render and accountant are used)
+        self.table = table
+
+    def evaluate_many(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
+        """``spec`` on every task of ``tasks``; one policy run for all of them."""
+        t0 = time.perf_counter()
+        try:
+            policy = spec.build()
+            cuts = [request_cuts(t) for t in tasks]
+            if policy is None:
+                return [self.evaluate(spec, t) for t in tasks]
+            episodes = [Episode.of(list(t.messages), self.token_counts(t), c) for t, c in zip(tasks, cuts)]
+            runs = policy.run_episodes(episodes)
+        except AKVError as err:  # a policy that cannot run: every task's failure, recorded with its reason
+            if err.transient:
+                raise
+            return [self._failed(spec, t, f"{type(err).__name__}: {err}", t0) for t in tasks]
+        out = []
+        for task, task_cuts, decisions in zip(tasks, cuts, runs):
+            try:
+                out.append(self._result(spec, task, dict(zip(task_cuts, decisions)), t0))
+            except AKVError as err:
+                if err.transient:
+                    raise
+                out.append(self._failed(spec, task, f"{type(err).__name__}: {err}", t0))
+        return out
+
+    def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
+        probe = task.probes[index]
+        _, _, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
+        passed = self.table.predict(task, index, dropped)
+        return ProbeResult(index, probe.kind, probe.after_message, probe.answer, "", False, False, "", False, False,
+                           tuple(sorted(dropped & set(probe.evidence_ids))), passed)
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks 1..n, ties given their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation (Pearson's r of the average ranks); ``nan`` when either side is
+    constant or there are fewer than 3 pairs.
+
+    Raises:
+        ValueError: ``xs`` and ``ys`` differ in length.
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"spearman needs pairs: {len(xs)} x values, {len(ys)} y values")
+    if len(xs) < 3:
+        return float("nan")
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class FidelityCheck:
+    """How well the proxy ranked policies the way the model did (same train tasks, both fidelities).
+
+    Attributes:
+        policies: distinct policies evaluated at both fidelities.
+        spearman: rank correlation of predicted and model pass rates (``nan`` below 3 policies).
+        target: the correlation the proxy should reach to be trusted for screening.
+    """
+
+    policies: int
+    spearman: float
+    target: float = 0.8
+
+    @property
+    def enough(self) -> bool:
+        """Whether there are enough policies (30) for the correlation to mean much."""
+        return self.policies >= 30
+
+    def summary(self) -> str:
+        if self.policies < 3:
+            return f"proxy fidelity: {self.policies} policies at both fidelities, too few to rank"
+        verdict = "meets" if self.spearman >= self.target else "misses"
+        scope = "" if self.enough else f" (only {self.policies} policies; 30 are needed for a firm figure)"
+        return (f"proxy fidelity: Spearman {self.spearman:.2f} between predicted and model pass rate over "
+                f"{self.policies} policies on train, {verdict} the {self.target:.1f} target{scope}")
+
+
+def check_fidelity(pairs: Mapping[str, tuple[float, float]]) -> FidelityCheck:
+    """``pairs``: policy key -> (predicted pass rate, model pass rate) on the same tasks."""
+    xs = [p for p, _ in pairs.values()]
+    ys = [m for _, m in pairs.values()]
+    return FidelityCheck(len(pairs), spearman(xs, ys))

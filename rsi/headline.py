@@ -1,0 +1,188 @@
+"""The search's headline: the best evolved policy against each expert on held-out, paired over tasks.
+
+``RUN_DIR/headline.json`` is a list with one object per expert that has a held-out result (the
+fixed experts in config order, then the tuned ones; experts absent from the config are absent
+here). Each object has ``policy``, ``versus``, ``cost_delta_pct``, ``cost_delta_ci95``
+(``[low, high]``), ``pass_delta``, ``pass_delta_ci95``, ``heldout_tasks``, ``significant``, and
+``policy_id``, ``versus_id``, ``matched_pass``. The statistics and the significance rule are
+``evals.paired``'s: ratios of sums over the held-out tasks both policies were evaluated on, 95%
+percentile intervals of a paired bootstrap over tasks (``bootstrap_samples`` resamples,
+``numpy.random.default_rng(seed)`` with the search's seed, so every comparison with the same
+tasks uses the same resamples and the same config gives the same file); significant: the cost
+interval excludes 0, the pass interval's lower bound is >= -0.05, and at least 5 tasks were paired.
+
+Which evolved policy (per expert): among evolved candidates with a held-out result, the cheapest
+(held-out mean cost, then label) whose held-out pass rate is at least the expert's
+(``matched_pass`` true); when none reaches it, the one with the highest held-out pass rate, then
+the lowest cost (``matched_pass`` false: nothing matched the expert's accuracy). An empty list
+means there is nothing to compare; :func:`empty_reason` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.paired import MIN_TASKS, pair_results, paired_bootstrap
+from evals.replay import TaskResult
+from rsi.archive import Archive, Candidate
+from rsi.rundir import read_json, write_json
+
+HEADLINE_FILE = "headline.json"
+
+
+@dataclass(frozen=True)
+class HeadlineRow:
+    """One paired comparison (see the module docstring for the fields)."""
+
+    policy: str
+    policy_id: str
+    versus: str
+    versus_id: str
+    matched_pass: bool
+    cost_delta_pct: float
+    cost_delta_ci95: tuple[float, float]
+    pass_delta: float
+    pass_delta_ci95: tuple[float, float]
+    heldout_tasks: int
+    significant: bool
+
+    @property
+    def beats(self) -> bool:
+        """Matched the expert's pass rate and is significantly cheaper (the whole cost interval below 0)."""
+        return self.matched_pass and self.significant and self.cost_delta_ci95[1] < 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "versus": self.versus, "cost_delta_pct": self.cost_delta_pct,
+                "cost_delta_ci95": list(self.cost_delta_ci95), "pass_delta": self.pass_delta,
+                "pass_delta_ci95": list(self.pass_delta_ci95), "heldout_tasks": self.heldout_tasks,
+                "significant": self.significant, "policy_id": self.policy_id, "versus_id": self.versus_id,
+                "matched_pass": self.matched_pass}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HeadlineRow:
+        return cls(d["policy"], d.get("policy_id", ""), d["versus"], d.get("versus_id", ""),
+                   bool(d.get("matched_pass", True)), float(d["cost_delta_pct"]),
+                   (float(d["cost_delta_ci95"][0]), float(d["cost_delta_ci95"][1])), float(d["pass_delta"]),
+                   (float(d["pass_delta_ci95"][0]), float(d["pass_delta_ci95"][1])), int(d["heldout_tasks"]),
+                   bool(d["significant"]))
+
+
+def _heldout_ok(c: Candidate) -> bool:
+    return c.heldout is not None and c.heldout.ok
+
+
+def pick_policy(evolved: Sequence[Candidate], versus: Candidate) -> tuple[Candidate, bool] | None:
+    """The evolved candidate compared with ``versus`` and whether it matched its pass rate (module docstring)."""
+    scored = [c for c in evolved if _heldout_ok(c)]
+    if not scored or versus.heldout is None:
+        return None
+
+    def cost(c: Candidate) -> float:
+        assert c.heldout is not None
+        return c.heldout.cost_cents_mean
+
+    matched = [c for c in scored if c.heldout is not None and c.heldout.pass_rate >= versus.heldout.pass_rate]
+    if matched:
+        return min(matched, key=lambda c: (cost(c), c.label, c.id)), True
+    return min(scored, key=lambda c: (-c.heldout.pass_rate if c.heldout else 0.0, cost(c), c.label, c.id)), False
+
+
+def empty_reason(archive: Archive) -> str:
+    """Why a run's headline has no comparison ("" when it could have one)."""
+    if not any(_heldout_ok(c) for c in archive.scored()):
+        return "no evolved policy has a held-out result"
+    if not any(c.expert and _heldout_ok(c) for c in archive.candidates):
+        return "no expert has a held-out result"
+    return ""
+
+
+def build_headline(archive: Archive, heldout_results: Callable[[Candidate], list[TaskResult] | None], *,
+                   samples: int, seed: int) -> list[HeadlineRow]:
+    """The comparisons of ``archive`` (module docstring).
+
+    Args:
+        heldout_results: a candidate's per-task held-out results (``None`` when some are not stored;
+            that comparison is left out).
+        samples, seed: of the bootstrap (``evals.paired.paired_bootstrap``).
+    """
+    evolved = archive.scored()
+    rows = []
+    for versus in (c for c in archive.candidates if c.expert and _heldout_ok(c)):
+        picked = pick_policy(evolved, versus)
+        if picked is None:
+            continue
+        policy, matched = picked
+        a, b = heldout_results(policy), heldout_results(versus)
+        if a is None or b is None:
+            continue
+        d = paired_bootstrap(pair_results(a, b), samples=samples, seed=seed)
+        rows.append(HeadlineRow(policy.label, policy.id, versus.label, versus.id, matched, d.cost_delta_pct,
+                                d.cost_delta_ci95, d.pass_delta, d.pass_delta_ci95, d.n_tasks, d.significant))
+    return rows
+
+
+def write_headline(run_dir: str | Path, rows: Sequence[HeadlineRow]) -> Path:
+    path = Path(run_dir) / HEADLINE_FILE
+    write_json(path, [r.to_dict() for r in rows])
+    return path
+
+
+def read_headline(run_dir: str | Path) -> list[HeadlineRow] | None:
+    """The rows of ``run_dir``'s headline.json (``None`` when the run has none, e.g. an older run).
+
+    Raises:
+        RunDirError: the file is not JSON or not a list.
+    """
+    path = Path(run_dir) / HEADLINE_FILE
+    if not path.exists():
+        return None
+    return [HeadlineRow.from_dict(d) for d in read_json(path, list)]
+
+
+def _ci(v: tuple[float, float], fmt: str) -> str:
+    return f"[{format(v[0], fmt)}, {format(v[1], fmt)}]"
+
+
+def describe(row: HeadlineRow) -> str:
+    """One comparison in words."""
+    numbers = (f"cost {row.cost_delta_pct:+.1f}% (95% CI {_ci(row.cost_delta_ci95, '+.1f')}), "
+               f"pass rate {row.pass_delta:+.3f} (95% CI {_ci(row.pass_delta_ci95, '+.3f')}) "
+               f"over {row.heldout_tasks} held-out tasks")
+    if row.significant:
+        verdict = "significantly " + ("cheaper" if row.cost_delta_ci95[1] < 0 else "more expensive")
+    elif row.heldout_tasks < MIN_TASKS:
+        verdict = f"not significant (only {row.heldout_tasks} held-out tasks; at least {MIN_TASKS} are needed)"
+    elif row.cost_delta_ci95[0] <= 0 <= row.cost_delta_ci95[1]:
+        verdict = "not significant (the cost interval includes 0)"
+    else:
+        verdict = "not significant (the pass interval allows a loss of more than 5 points)"
+    if not row.matched_pass:
+        return (f"Nothing matched {row.versus}'s held-out pass rate; the most accurate evolved policy, "
+                f"{row.policy}: {numbers}; {verdict}.")
+    return f"{row.policy} vs {row.versus}: {numbers}; {verdict}."
+
+
+def headline_lines(rows: Sequence[HeadlineRow] | None, archive: Archive) -> list[str]:
+    """The report's headline: a verdict first, then each comparison in words."""
+    if rows is None:
+        return ["No headline.json in this run (written by searches since paired comparisons were added)."]
+    if not rows:
+        return [f"No headline comparison: {empty_reason(archive) or 'no paired held-out results were stored'}."]
+    beaten = [r.versus for r in rows if r.beats]
+    if beaten:
+        first = f"Significant: an evolved policy is cheaper than {', '.join(beaten)} at matched held-out accuracy."
+        rest = [r.versus for r in rows if not r.beats]
+        if rest:
+            first += f" Not against {', '.join(rest)}."
+    else:
+        first = ("Nothing beat the experts: no evolved policy is significantly cheaper than any expert at matched "
+                 "held-out accuracy.")
+    return [first] + [describe(r) for r in rows]
+
+
+def run_headline(run_dir: str | Path) -> list[str]:
+    """:func:`headline_lines` of a run directory (what ``akv search`` and ``akv report`` print)."""
+    return headline_lines(read_headline(run_dir), Archive.load(Path(run_dir) / "archive.json"))

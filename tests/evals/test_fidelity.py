@@ -1,0 +1,112 @@
+"""The zero-forward fidelity: exact cost, predicted pass from the model's own control outcomes,
+no forward, one policy run for many tasks; Spearman against its closed form."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine import Engine
+from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity, spearman
+from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay
+from evals.tasks import load_suite
+from search_spaces.seeds import seed_source
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return load_suite("smoke", "train")[:3]
+
+
+@pytest.fixture(scope="module")
+def eng():
+    from tests.conftest import get_engine
+
+    base = get_engine("tiny-random")
+    return Engine(base.model, base.tokenizer, "plain", name=base.name)
+
+
+@pytest.fixture(scope="module")
+def controls(eng, tasks):
+    replay = Replay(eng, EvalConfig(generate=False))
+    full = [replay.evaluate(PolicySpec("full"), t) for t in tasks]
+    dropped = [replay.evaluate(PolicySpec(DIAGNOSTIC), t) for t in tasks]
+    return replay, full, dropped
+
+
+POLICIES = [PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 1}),
+            PolicySpec("rolling_drop", {"keep_tool_responses": 3}),
+            PolicySpec("program", {"keep_tool_responses": 2}, source=seed_source("rolling_drop"), label="seed")]
+
+
+@pytest.mark.parametrize("spec", POLICIES, ids=lambda s: s.display)
+def test_proxy_costs_equal_the_model_replay_and_passes_follow_the_controls(eng, tasks, controls, spec):
+    """Cost and tokens are the model replay's exactly; each predicted pass is the model's own
+    outcome on that probe with its evidence kept (full) or dropped (drop_evidence), chosen by
+    whether the model replay of the same policy saw the evidence dropped."""
+    replay, full, dropped = controls
+    proxy = ProxyReplay(eng, EvidenceTable.fit(full, dropped), EvalConfig(generate=False))
+    before = eng.stats.requests, eng.stats.prefill_tokens
+    predicted = proxy.evaluate_many(spec, tasks)
+    assert (eng.stats.requests, eng.stats.prefill_tokens) == before  # no forward at all
+    for task, p, f, d in zip(tasks, predicted, full, dropped):
+        m = replay.evaluate(spec, task)
+        assert p.ok and m.ok and p.fidelity == "proxy" and m.fidelity == "model"
+        assert p.cost == m.cost and [r.usage for r in p.requests] == [r.usage for r in m.requests]
+        for pp, mp, fp, dp in zip(p.probes, m.probes, f.probes, d.probes):
+            assert pp.evidence_dropped == mp.evidence_dropped
+            assert pp.passed == (dp.passed if mp.evidence_dropped else fp.passed)
+
+
+def test_the_controls_reproduce_themselves(eng, tasks, controls):
+    _, full, dropped = controls
+    proxy = ProxyReplay(eng, EvidenceTable.fit(full, dropped))
+    assert [p.passed for r in proxy.evaluate_many(PolicySpec("full"), tasks) for p in r.probes] == \
+        [p.passed for r in full for p in r.probes]
+    assert [p.passed for r in proxy.evaluate_many(PolicySpec(DIAGNOSTIC), tasks) for p in r.probes] == \
+        [p.passed for r in dropped for p in r.probes]
+
+
+def test_unknown_tasks_and_broken_programs_are_failed_results(eng, tasks, controls):
+    _, full, dropped = controls
+    proxy = ProxyReplay(eng, EvidenceTable.fit(full[:1], dropped[:1]))
+    out = proxy.evaluate_many(PolicySpec("full"), tasks)
+    assert out[0].ok and not out[1].ok and tasks[1].id in (out[1].error or "")
+    source = "def space(trial):\n    return {}\n\n\ndef decide(request, params):\n    return 1 / 0\n"
+    bad = PolicySpec("program", {}, source=source, label="bad")
+    assert all(not r.ok and "ZeroDivisionError" in (r.error or "") for r in proxy.evaluate_many(bad, tasks[:1]))
+    with pytest.raises(Exception, match="different tasks"):
+        EvidenceTable.fit(full[:2], dropped[:1])
+
+
+def test_spearman_equals_the_closed_form_without_ties():
+    rng = random.Random(3)
+    for n in (3, 5, 12, 40):
+        xs = rng.sample(range(1000), n)
+        ys = rng.sample(range(1000), n)
+        rx = {v: i for i, v in enumerate(sorted(xs))}
+        ry = {v: i for i, v in enumerate(sorted(ys))}
+        d2 = sum((rx[x] - ry[y]) ** 2 for x, y in zip(xs, ys))
+        assert spearman(xs, ys) == pytest.approx(1 - 6 * d2 / (n * (n * n - 1)), abs=1e-12)
+
+
+def test_spearman_with_ties_and_degenerate_inputs():
+    # ranks with ties averaged: x -> [1, 2.5, 2.5, 4], y -> [1, 2, 3, 4]; Pearson of those is 0.9486833
+    assert spearman([1, 2, 2, 3], [10, 20, 30, 40]) == pytest.approx(0.9486832980505138)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 1], [1, 2, 3]) != spearman([1, 1, 1], [1, 2, 3])  # nan: a constant side
+    with pytest.raises(ValueError, match="pairs"):
+        spearman([1, 2], [1])
+    check = check_fidelity({"a": (0.1, 0.2), "b": (0.5, 0.4), "c": (0.9, 0.8)})
+    assert check.spearman == pytest.approx(1.0) and not check.enough and "30 are needed" in check.summary()
+
+
+def test_a_dry_engine_screens_exactly_as_the_loaded_engine(eng, tasks, controls):
+    """Without weights (renderer + KV size only) the proxy gives the same results."""
+    _, full, dropped = controls
+    table = EvidenceTable.fit(full, dropped)
+    spec = PolicySpec("rolling_drop", {"keep_tool_responses": 1})
+    a = ProxyReplay(eng, table).evaluate_many(spec, tasks)
+    b = ProxyReplay(DryEngine.of(eng), table).evaluate_many(spec, tasks)
+    assert [(r.cost, [p.passed for p in r.probes]) for r in a] == [(r.cost, [p.passed for p in r.probes]) for r in b]

@@ -1,0 +1,115 @@
+"""The evaluation cascade in ``tune``: many proxy trials, only the margin-non-dominated ones meet
+the model, each carrying its prediction; selection checked against hand-worked fronts."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals.cost import CostBreakdown
+from evals.replay import ProbeResult, RequestCost, TaskResult
+from rsi.metrics import aggregate
+from rsi.tuning import Screen, TrialOutcome, promoted, tune
+
+SOURCE = ("def decide(request, params):\n    return request.plan()\n\n\n"
+          "def space(trial):\n    return {'k': trial.suggest_int('k', 0, 20)}\n")
+
+
+def result(task: str, cost_usd: float, passed: list[bool], fidelity: str) -> TaskResult:
+    probes = tuple(ProbeResult(i, "fact", 1, "a", "", False, False, "", False, False, (), p)
+                   for i, p in enumerate(passed))
+    usage = {"prompt_tokens": 1, "prefill_tokens": 1, "cached_tokens": 0, "drop_skipped_tokens": 0,
+             "repos_tokens": 0, "completion_tokens": 0}
+    return TaskResult(task, "fam", "train", "p", "key", {}, True, None, probes, (RequestCost(1, usage, cost_usd),),
+                      CostBreakdown(input=cost_usd), 0.0, fidelity=fidelity)
+
+
+def outcome(number: int, k: int, cost_cents: float, predicted: float) -> TrialOutcome:
+    n = 100
+    passed = [i < round(predicted * n) for i in range(n)]
+    m = aggregate([result("t", cost_cents / 100, passed, "proxy")])
+    return TrialOutcome(number, {"k": k}, "screened_out", "", None, m, {"k": k})
+
+
+def test_promotion_is_the_front_widened_by_the_margin():
+    f, g, h = outcome(0, 1, 1.0, 0.50), outcome(1, 2, 1.1, 0.52), outcome(2, 3, 1.2, 0.49)
+    c = outcome(3, 4, 2.0, 0.90)
+    dup = outcome(4, 1, 1.0, 0.50)  # the same parameters again: one candidate
+    assert [o.number for o in promoted([f, g, h, c, dup], 9, 0.0)] == [0, 1, 3]  # h: dominated by f
+    assert [o.number for o in promoted([f, g, h, c, dup], 9, 0.05)] == [0, 1, 2, 3]  # f beats h by < 0.05
+    d = outcome(5, 5, 2.5, 0.60)
+    assert 5 not in [o.number for o in promoted([f, c, d], 9, 0.2)]  # c: cheaper and 0.3 more pass
+    # at most k, spread evenly along cost; k = 1 takes the best predicted pass
+    line = [outcome(i, i, float(i), i / 10) for i in range(1, 10)]
+    assert [o.params["k"] for o in promoted(line, 3, 0.0)] == [1, 5, 9]
+    assert [o.params["k"] for o in promoted(line, 1, 0.0)] == [9]
+
+
+def test_tune_screens_every_trial_and_sends_only_promoted_sets_to_the_model():
+    tasks = ["t1", "t2"]
+    seen_by_model: list[int] = []
+
+    def proxy(params, tasks_):
+        k = params["k"]
+        return [result(t, k / 100, [j < k for j in range(20)], "proxy") for t in tasks_]
+
+    def model(params, tasks_):
+        if tasks_:
+            seen_by_model.append(params["k"])
+        return [result(t, params["k"] / 100, [j < params["k"] - 1 for j in range(20)], "model") for t in tasks_]
+
+    screen = Screen(proxy, trials=24, promote=3, margin=0.0)
+    out = tune(SOURCE, "s", storage=None, sampler="tpe", seed=0, n_trials=99, tasks=tasks, fidelity_tasks=0,
+               evaluate=model, reference=lambda t: [], screen=screen)
+    assert len(out.screened) == 24
+    chosen = [o for o in out.screened if o.state == "screened"]
+    assert 1 <= len(chosen) <= 3 and all(o.state in ("screened", "screened_out") for o in out.screened)
+    assert sorted(seen_by_model) == sorted(o.params["k"] for o in chosen)  # the model saw only promoted sets
+    assert len(out.trials) == len(chosen) and all(t.proxy is not None for t in out.trials)
+    for t in out.trials:  # the prediction rides along, beside (never instead of) the model's numbers
+        assert t.proxy is not None and t.train is not None
+        assert t.proxy.pass_rate == pytest.approx(t.params["k"] / 20)
+        assert t.train.pass_rate == pytest.approx(max(0, t.params["k"] - 1) / 20)
+    again = tune(SOURCE, "s", storage=None, sampler="tpe", seed=0, n_trials=99, tasks=tasks, fidelity_tasks=0,
+                 evaluate=model, reference=lambda t: [], screen=screen)
+    assert [o.params for o in again.screened] == [o.params for o in out.screened]  # seeded: a resume replays
+
+
+def test_screen_settings_are_checked():
+    with pytest.raises(ValueError, match="margin"):
+        Screen(lambda p, t: [], trials=0, promote=1, margin=0.0)
+    with pytest.raises(ValueError, match="margin"):
+        Screen(lambda p, t: [], trials=4, promote=1, margin=1.5)
+
+
+def test_a_search_with_the_cascade_screens_many_and_evaluates_few(tmp_path, tiny_plain):
+    """End to end on tiny-random: every program is screened at the proxy fidelity, at most
+    ``promote`` parameter sets per program reach the model, the fidelity check is written, and every
+    number in pareto.json is the model's."""
+    import json
+
+    from rsi.search import Search
+    from rsi.store import EvalStore
+    from tests.rsi.conftest import tiny_config
+
+    config = tiny_config(generations=1, cascade={"enabled": True, "trials": 6, "promote": 1, "margin": 0.0},
+                         tune_experts=False)
+    run = tmp_path / "run"
+    Search(config, run, engine=tiny_plain).run()
+    fid = json.loads((run / "fidelity.json").read_text())
+    programs = 1 + config.proposer.per_generation  # one seed + the generation's proposals
+    assert 0 < fid["screened_trials"] <= programs * 6
+    assert fid["policies"] == len(fid["pairs"]) >= 1
+    experts = {c["id"]: c["spec"] for c in json.loads((run / "archive.json").read_text())["candidates"]
+               if c["expert"]}
+    assert {experts[k] for k in fid["pairs"] if k in experts} == {"rolling_drop"}  # full: exact by construction
+    assert all(0 <= v["predicted_pass"] <= 1 and 0 <= v["model_pass"] <= 1 for v in fid["pairs"].values())
+    rows = [json.loads(line)["row"] for line in (run / "evaluations.jsonl").read_text().splitlines()]
+    assert all(r.get("fidelity") == "model" for r in rows)  # proxy results are never stored as evaluations
+    program_rows = [r for r in rows if r["policy"].startswith(("seed:", "g1-"))]
+    per_program: dict[str, set[str]] = {}
+    for r in program_rows:
+        per_program.setdefault(r["policy"], set()).add(r["params"])
+    assert per_program and all(len(v) <= 1 for v in per_program.values())  # promote=1: one set per program
+    assert all(row["fidelity"] == "model" for row in json.loads((run / "pareto.json").read_text()))
+    assert "Evaluation cascade" in (run / "report.html").read_text()
+    assert len(EvalStore(run / "evaluations.jsonl")) == len(rows)

@@ -1,0 +1,181 @@
+"""Tuned experts and the paired held-out headline: the choice rules against hand-worked cases, the
+tuned expert against its stored Optuna study, headline.json from a tiny search, reproducibility."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+import pytest
+
+from evals.replay import PolicySpec
+from rsi.archive import Archive, Candidate
+from rsi.config import ConfigError
+from rsi.expert_tuning import ExpertTrial, choose, space
+from rsi.headline import (
+    HeadlineRow,
+    build_headline,
+    describe,
+    headline_lines,
+    pick_policy,
+    read_headline,
+    write_headline,
+)
+from rsi.metrics import Metrics
+from rsi.report import write_report
+from rsi.search import Search
+from rsi.tracking import Tracker
+from tests.rsi.conftest import tiny_config
+
+KEYS = {"policy", "versus", "cost_delta_pct", "cost_delta_ci95", "pass_delta", "pass_delta_ci95", "heldout_tasks",
+        "significant"}
+
+
+def _m(pass_rate: float, cost: float) -> Metrics:
+    return Metrics(pass_rate, cost, 3, 6)
+
+
+def _cand(cid: str, held: tuple[float, float] | None, *, expert: bool = False, proposer: str = "seed") -> Candidate:
+    return Candidate(cid, cid, cid, {}, 0, proposer=proposer, train=_m(0.5, 1.0),
+                     heldout=_m(*held) if held else None, expert=expert, spec="full" if expert else "program")
+
+
+# ----------------------------------------------------------------- choice rules
+
+
+def test_the_cheapest_evolved_policy_at_the_experts_pass_rate_is_compared():
+    evolved = [_cand("a", (0.80, 1.0)), _cand("b", (0.70, 0.5)), _cand("c", (0.75, 0.8)), _cand("d", None)]
+    versus = _cand("e", (0.75, 0.9), expert=True)
+    assert pick_policy(evolved, versus) == (evolved[2], True)  # c: cheapest of a, c (pass >= 0.75)
+    higher = _cand("e2", (0.90, 0.9), expert=True)
+    assert pick_policy(evolved, higher) == (evolved[0], False)  # none reaches 0.90: the most accurate
+    assert pick_policy([evolved[3]], versus) is None
+
+
+def test_the_tuned_expert_is_the_cheapest_trial_at_the_fixed_settings_pass_rate():
+    trials = [ExpertTrial(0, {"k": 12}, _m(0.6, 1.0)), ExpertTrial(1, {"k": 3}, _m(0.5, 0.4)),
+              ExpertTrial(2, {"k": 8}, _m(0.6, 0.7)), ExpertTrial(3, {"k": 20}, _m(0.7, 1.2)),
+              ExpertTrial(4, {"k": 9}, None, "crashed")]
+    assert choose(trials, 0.6) is trials[2]
+    assert choose(trials, None) is trials[3]  # no fixed result: best pass, then cost
+    assert choose([trials[4]], 0.6) is None
+
+
+def test_the_expert_spaces_tune_one_setting_and_keep_the_rest():
+    def drawn(spec: PolicySpec, value: int) -> dict[str, Any]:
+        trial = optuna.trial.FixedTrial({"keep_tool_responses": value, "window": value})
+        return space(spec)(trial)
+
+    rd = PolicySpec("rolling_drop", {"keep_tool_responses": 12, "target": "both"})
+    assert drawn(rd, 5) == {"keep_tool_responses": 5, "target": "both"}
+    std = PolicySpec("standard", {"keep_rounds": 3})
+    assert drawn(std, 4096) == {"keep_rounds": 3}  # the default window: the fixed expert's own params
+    assert drawn(std, 1000) == {"keep_rounds": 3, "window": 1000}
+    study = optuna.create_study()
+    params = space(PolicySpec("standard", {"window": 2048}))(study.ask())
+    dist = study.trials[0].distributions["window"]
+    assert isinstance(dist, optuna.distributions.IntDistribution)
+    assert (dist.low, dist.high, dist.log) == (256, 8192, True) and 256 <= params["window"] <= 8192
+
+
+# ----------------------------------------------------------------- headline rows
+
+
+def _results(costs: list[float], passed: list[int]) -> list[Any]:
+    return [SimpleNamespace(task_id=f"t{i}", ok=True, error=None, cost_cents=c, n_passed=p,
+                            probes=(None, None)) for i, (c, p) in enumerate(zip(costs, passed, strict=True))]
+
+
+def test_build_headline_pairs_tasks_and_leaves_out_what_it_cannot_compare():
+    cheap, rich = _cand("cheap", (0.5, 1.5)), _cand("rich", (0.75, 3.0))
+    fixed = _cand("expert:rolling_drop", (0.5, 2.0), expert=True, proposer="expert")
+    tuned = _cand("expert:rolling_drop (tuned)", (0.75, 2.5), expert=True, proposer="expert-tuned")
+    unmeasured = _cand("expert:standard", None, expert=True, proposer="expert")
+    per_task = {"cheap": _results([1, 2, 1.5], [1, 1, 1]), "rich": _results([3, 3, 3], [2, 1, 2]),
+                "expert:rolling_drop": _results([2, 2, 2], [1, 1, 1]),
+                "expert:rolling_drop (tuned)": _results([2, 3, 2.5], [2, 2, 0])}
+    archive = Archive([fixed, tuned, unmeasured, cheap, rich])
+    rows = build_headline(archive, lambda c: per_task.get(c.id), samples=200, seed=0)
+    assert [(r.policy, r.versus, r.matched_pass) for r in rows] == [
+        ("cheap", "expert:rolling_drop", True), ("rich", "expert:rolling_drop (tuned)", True)]
+    # by hand: 4.5 / 6 and 9 / 7.5 of the per-task costs; (1+1+1)/6 - (1+1+1)/6 and 5/6 - 4/6 of the probes
+    assert rows[0].cost_delta_pct == pytest.approx(-25.0) and rows[0].pass_delta == pytest.approx(0.0)
+    assert rows[1].cost_delta_pct == pytest.approx(20.0) and rows[1].pass_delta == pytest.approx(1 / 6)
+    assert all(r.heldout_tasks == 3 and not r.significant for r in rows)  # 3 tasks: never significant
+    assert "only 3 held-out tasks" in describe(rows[0])
+    assert build_headline(Archive([fixed]), lambda c: per_task.get(c.id), samples=200, seed=0) == []
+
+
+def test_the_headline_words_say_significant_or_nothing_beat_the_experts():
+    row = HeadlineRow("g2-p1", "x", "expert:standard", "y", True, -12.0, (-20.0, -4.0), 0.01, (-0.03, 0.05), 40, True)
+    lines = headline_lines([row], Archive())
+    assert lines[0].startswith("Significant: an evolved policy is cheaper than expert:standard")
+    assert "significantly cheaper" in lines[1] and "-12.0%" in lines[1] and "40 held-out tasks" in lines[1]
+    loose = HeadlineRow("g2-p1", "x", "expert:standard", "y", True, -3.0, (-9.0, 2.0), 0.0, (-0.02, 0.02), 40,
+                        False)
+    assert headline_lines([loose], Archive())[0].startswith("Nothing beat the experts")
+    assert "the cost interval includes 0" in describe(loose)
+    assert "No headline comparison: no evolved policy has a held-out result" in headline_lines([], Archive())[0]
+
+
+# ----------------------------------------------------------------- a tiny search
+
+
+def test_a_search_tunes_its_experts_and_writes_the_headline(finished):
+    archive = Archive.load(finished / "archive.json")
+    fixed = next(c for c in archive.candidates if c.proposer == "expert" and c.spec == "rolling_drop")
+    tuned = next(c for c in archive.candidates if c.proposer == "expert-tuned")
+    assert tuned.label == "expert:rolling_drop (tuned)" and tuned.expert and tuned.heldout is not None
+    assert not any(c.proposer == "expert-tuned" and c.spec == "full" for c in archive.candidates)  # not tunable
+    # Against the stored study: the choice is its cheapest trial at the fixed setting's train pass rate.
+    study = optuna.load_study(study_name="expert-tuned:rolling_drop-a1", storage=f"sqlite:///{finished / 'optuna.db'}")
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(study.trials) == tiny_config().optuna.trials and done[0].params == {"keep_tool_responses": 1}
+    assert fixed.train is not None and tuned.train is not None
+    want = min((t for t in done if t.values[1] >= fixed.train.pass_rate), key=lambda t: (t.values[0], t.number))
+    assert tuned.train.cost_cents_mean == pytest.approx(want.values[0])
+    assert tuned.params.get("keep_tool_responses", 1) == want.params["keep_tool_responses"]
+
+    rows = json.loads((finished / "headline.json").read_text())
+    assert rows and all(set(r) >= KEYS for r in rows)
+    assert {r["versus"] for r in rows} == {c.label for c in archive.candidates if c.expert and c.heldout}
+    for r in rows:
+        assert r["cost_delta_ci95"][0] <= r["cost_delta_pct"] <= r["cost_delta_ci95"][1]
+        assert r["heldout_tasks"] == 1 and r["significant"] is False
+    html = (finished / "report.html").read_text()
+    assert "not significant (only 1 held-out tasks" in html and "headline.json" in html
+
+
+def test_the_same_config_gives_the_same_headline(tmp_path, tiny_plain):
+    config = tiny_config(generations=0, experts=["rolling_drop:keep_tool_responses=1"],
+                         data={"heldout_tasks": 3})  # 3 held-out tasks: a real resampling
+    first, again = tmp_path / "first", tmp_path / "again"
+    Search(config, first, engine=tiny_plain, tracker=Tracker()).run()
+    Search(config, again, engine=tiny_plain, tracker=Tracker()).run()
+    rows = read_headline(first)
+    assert rows and all(r.heldout_tasks == 3 for r in rows)
+    assert any(r.cost_delta_ci95[0] < r.cost_delta_ci95[1] for r in rows)  # not only point intervals
+    assert (again / "headline.json").read_bytes() == (first / "headline.json").read_bytes()
+
+
+def test_a_run_without_evolved_held_out_results_has_an_empty_headline_and_says_why(finished, tmp_path):
+    run = tmp_path / "experts-only"
+    run.mkdir()
+    shutil.copy(finished / "config.json", run / "config.json")
+    archive = Archive.load(finished / "archive.json")
+    Archive([c for c in archive.candidates if c.expert], archive.hv_history).save(run / "archive.json")
+    write_headline(run, build_headline(Archive.load(run / "archive.json"), lambda c: None, samples=100, seed=0))
+    assert json.loads((run / "headline.json").read_text()) == []
+    write_report(run)
+    assert "No headline comparison: no evolved policy has a held-out result" in (run / "report.html").read_text()
+
+
+@pytest.mark.parametrize(("key", "value"), [("bootstrap_samples", 10), ("bootstrap_samples", True),
+                                            ("tune_experts", "yes")])
+def test_bad_headline_settings_are_refused_by_name(key, value):
+    with pytest.raises(ConfigError) as err:
+        tiny_config(**{key: value})
+    assert err.value.field == key

@@ -1,0 +1,29 @@
+"""Imports go one way: engine <- search_spaces <- evals <- rsi (checked on the source, statically)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {"engine": ("search_spaces", "evals", "rsi"), "search_spaces": ("evals", "rsi"), "evals": ("rsi",)}
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.append((node.lineno, node.module))
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_package_imports_no_package_above_it(package):
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+           for path in sorted((ROOT / package).rglob("*.py"))
+           for line, name in _imports(path) if name.split(".")[0] in FORBIDDEN[package]]
+    assert not bad, "\n".join(bad)
