@@ -9,6 +9,7 @@ uses it to cost a policy's run exactly and in milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any
 
 from engine.history import Item, replay
@@ -76,7 +77,7 @@ def insert_output(tree: RadixTree, items: list[Item], output_ids: list[int],
     fed = output_ids[:-1]
     if not fed:
         return
-    n_prompt = sum(1 for it in items if isinstance(it, int))
+    n_prompt = sum(map(isinstance, items, repeat(int)))  # tokens among the items (C-speed count)
     full = [*items, *fed]
     match = tree.match(full)
     parent = match.last or tree.root

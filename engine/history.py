@@ -148,7 +148,7 @@ def replay(items: Sequence[Item]) -> History:
         AssertionError: if a Drop names a token that does not exist yet (compiled schedules
             never do; ``engine.layout`` validates user input before it gets here).
     """
-    n = sum(1 for it in items if isinstance(it, int))
+    n = len(items)  # an upper bound on the tokens; the arrays are cut to the count at the end
     token_ids = np.empty(n, dtype=np.int64)
     compute_pos = np.empty(n, dtype=np.int64)
     cur_pos = np.empty(n, dtype=np.int64)  # current position of every token (meaningful if alive)
@@ -167,7 +167,9 @@ def replay(items: Sequence[Item]) -> History:
             segments.append(Segment(seg_start, count, seg_view[2], seg_view[0], seg_view[1]))
         seg_start = None
 
-    for i, it in enumerate(items):
+    i, n_items = 0, len(items)
+    while i < n_items:
+        it = items[i]
         if isinstance(it, Drop):
             close_segment()
             for s, e in it.ranges:
@@ -182,19 +184,30 @@ def replay(items: Sequence[Item]) -> History:
             next_pos = int(idx.shape[0])
         elif isinstance(it, Salt):
             assert i == 0, "a Salt may only start a history"
-        else:
+        else:  # a run of tokens up to the next event, written at once (the same as one by one)
+            j = i + 1
+            while j < n_items and isinstance(items[j], int):
+                j += 1
+            run = j - i
             if seg_start is None:
                 idx = np.flatnonzero(alive_mask[:count])
                 seg_start = count
                 seg_view = (idx, cur_pos[idx].copy(), next_pos)
-            token_ids[count] = it
-            compute_pos[count] = next_pos
-            cur_pos[count] = next_pos
-            alive_mask[count] = True
-            next_pos += 1
-            count += 1
+            token_ids[count:count + run] = items[i:j]  # type: ignore[assignment]  # (all ints: checked above)
+            positions = np.arange(next_pos, next_pos + run, dtype=np.int64)
+            compute_pos[count:count + run] = positions
+            cur_pos[count:count + run] = positions
+            alive_mask[count:count + run] = True
+            item_token[i + 1:j + 1] = np.arange(count + 1, count + run + 1, dtype=np.int64)
+            next_pos += run
+            count += run
+            i = j
+            continue
         item_token[i + 1] = count
+        i += 1
     close_segment()
+    token_ids, compute_pos = token_ids[:count], compute_pos[:count]
+    cur_pos, alive_mask = cur_pos[:count], alive_mask[:count]
     alive = np.flatnonzero(alive_mask)
     return History(
         token_ids=token_ids,

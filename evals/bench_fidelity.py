@@ -83,6 +83,30 @@ def run(model: str, suite: str, n_tasks: int, n_policies: int) -> dict[str, Any]
             "proxy_evals_per_min": 60 * n_evals / proxy_s, "speedup": model_s / proxy_s}
 
 
+def proxy_speed(model: str, suite: str, n_tasks: int, repeats: int = 3) -> dict[str, Any]:
+    """Proxy time per policy-task alone (no model: the tokenizer and a synthetic outcome table,
+    which costs the same to consult as a measured one); median over ``repeats`` of all policies."""
+    import statistics
+
+    from evals.fidelity import DryEngine, ProbeOutcome
+    from evals.tasks import select_tasks
+
+    tasks = select_tasks(load_suite(suite, "train"), n_tasks)
+    table = EvidenceTable({(t.id, i): ProbeOutcome(True, False) for t in tasks for i in range(len(t.probes))})
+    proxy = ProxyReplay(DryEngine.load(model, "plain"), table, EvalConfig(generate=False))
+    specs = [s for s in policies() if _builds(s)]
+    proxy.evaluate_many(specs[0], tasks)  # warm the render cache, as a search's first trial does
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for spec in specs:
+            proxy.evaluate_many(spec, tasks)
+        times.append((time.perf_counter() - t) / (len(specs) * len(tasks)))
+    ms = 1000 * statistics.median(times)
+    return {"model": model, "suite": suite, "tasks": len(tasks), "policies": len(specs),
+            "proxy_ms_per_policy_task": ms, "proxy_evals_per_min": 60_000 / ms}
+
+
 def _builds(spec: PolicySpec) -> bool:
     from engine.errors import AKVError
 
@@ -100,7 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=int, default=6)
     p.add_argument("--policies", type=int, default=30)
     p.add_argument("--out", default=None)
+    p.add_argument("--proxy-speed", action="store_true", help="only time the proxy (no model, seconds)")
     args = p.parse_args(argv)
+    if args.proxy_speed:
+        speed = proxy_speed(args.model, args.suite, args.tasks)
+        print(f"proxy: {speed['proxy_ms_per_policy_task']:.2f} ms per policy-task "
+              f"({speed['proxy_evals_per_min']:.0f} a minute; {speed['policies']} policies x {speed['tasks']} tasks)")
+        out = Path(args.out or f"bench/results/proxy-speed-{args.model}-{args.suite}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(speed, indent=1))
+        return 0
     result = run(args.model, args.suite, args.tasks, args.policies)
     print(f"{'policy':28s} {'model pass':>10s} {'predicted':>9s} {'cost (c)':>9s}")
     for r in result["policies"]:
