@@ -10,7 +10,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import pytest
 
-from evals.tasks import SuiteSpec, Task, generate_split
+from engine import Engine
+from evals.tasks import SuiteSpec, Task, generate_split, load_suite
 
 SPEC = SuiteSpec("unit", 1, {"train": 3, "heldout": 3}, 800, 4000)
 
@@ -25,3 +26,18 @@ def split_tasks(request) -> dict[str, list[Task]]:
 @pytest.fixture(scope="session")
 def all_tasks(split_tasks) -> list[Task]:
     return split_tasks["train"] + split_tasks["heldout"]
+
+
+@pytest.fixture(scope="module")
+def tasks() -> list[Task]:
+    """The first three train tasks of the stored ``smoke`` suite."""
+    return load_suite("smoke", "train")[:3]
+
+
+@pytest.fixture(scope="module")
+def eng() -> Engine:
+    """The tiny random model under the plain template, with a radix tree of its own per test module."""
+    from tests.conftest import get_engine
+
+    base = get_engine("tiny-random")
+    return Engine(base.model, base.tokenizer, "plain", name=base.name)

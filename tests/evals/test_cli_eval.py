@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from engine import Engine
 from evals.cli import read_program_file
 from evals.probes import ProbeFormat, probe_prompt, verbatim_lead_in
 from evals.replay import EvalConfig, PolicySpec, Replay
@@ -87,14 +86,6 @@ def akv(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProc
 
 def ok(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
-
-
-@pytest.fixture(scope="module")
-def eng():
-    from tests.conftest import get_engine
-
-    base = get_engine("tiny-random")
-    return Engine(base.model, base.tokenizer, "plain", name=base.name)
 
 
 # ------------------------------------------------------------------ task files

@@ -7,24 +7,9 @@ import random
 
 import pytest
 
-from engine import Engine
 from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity, spearman
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay
-from evals.tasks import load_suite
 from search_spaces.seeds import seed_source
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_suite("smoke", "train")[:3]
-
-
-@pytest.fixture(scope="module")
-def eng():
-    from tests.conftest import get_engine
-
-    base = get_engine("tiny-random")
-    return Engine(base.model, base.tokenizer, "plain", name=base.name)
 
 
 @pytest.fixture(scope="module")

@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from engine import Engine
 from evals.probes import ProbeFormat, answer_matches, probe_prompt, verbatim_lead_in
 from evals.replay import EvalConfig, PolicySpec, Replay, evaluate
-from evals.tasks import load_suite
-
-
-@pytest.fixture(scope="module")
-def tasks():
-    return load_suite("smoke", "train")[:3]
-
-
-@pytest.fixture(scope="module")
-def eng():
-    from tests.conftest import get_engine
-
-    base = get_engine("tiny-random")
-    return Engine(base.model, base.tokenizer, "plain", name=base.name)
 
 
 def test_verbatim_lead_in_is_the_text_before_the_answer(tasks):
