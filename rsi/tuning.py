@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 
@@ -186,20 +186,12 @@ def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int,
         n_trials = len(proxy_of)
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        drawn = suggest_params(source, trial)
-        if not drawn.ok:
-            trial.set_user_attr("reason", drawn.reason)
-            outcomes[trial.number] = TrialOutcome(trial.number, {}, "failed", drawn.reason, None)
-            raise CandidateFailure(drawn.reason)
-        params = dict(drawn.params or {})
+        params = _draw(source, trial, outcomes)
         trial.set_user_attr("params", params)
         first = evaluate(params, tasks[:k])
         bad = next((r for r in first if not r.ok), None)
         if bad is not None:
-            reason = bad.error or "evaluation failed"
-            trial.set_user_attr("reason", reason)
-            outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
-            raise CandidateFailure(reason)
+            _fail(trial, params, bad.error or "evaluation failed", outcomes)
         if k < len(tasks):
             partial = aggregate(first)
             point = (partial.cost_cents_mean, partial.pass_rate)
@@ -208,13 +200,7 @@ def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int,
                 outcomes[trial.number] = TrialOutcome(trial.number, params, "pruned",
                                                       f"dominated after {k} tasks", partial)
                 raise optuna.TrialPruned()
-        results = first + evaluate(params, tasks[k:])
-        metrics = aggregate(results)
-        bad = next((r for r in results if not r.ok), None)
-        if bad is not None or not metrics.ok:
-            reason = (bad.error if bad else None) or "no probes scored"
-            outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
-            raise CandidateFailure(reason)
+        metrics = _scored(trial, params, first + evaluate(params, tasks[k:]), outcomes, "no probes scored")
         outcomes[trial.number] = TrialOutcome(trial.number, params, "complete", "", metrics,
                                               proxy_of.get(_params_key(params)))
         return metrics.cost_cents_mean, metrics.pass_rate
@@ -227,6 +213,38 @@ def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int,
     return TuneResult(best, trials, screened)
 
 
+def _draw(source: str, trial: optuna.Trial, outcomes: dict[int, TrialOutcome]) -> dict[str, Any]:
+    """The trial's parameters from the program's ``space`` (in the sandbox).
+
+    Raises:
+        CandidateFailure: the space failed; the trial is recorded as failed with the reason.
+    """
+    drawn = suggest_params(source, trial)
+    if not drawn.ok:
+        _fail(trial, {}, drawn.reason, outcomes)
+    return dict(drawn.params or {})
+
+
+def _scored(trial: optuna.Trial, params: dict[str, Any], results: Sequence[TaskResult],
+            outcomes: dict[int, TrialOutcome], nothing: str) -> Metrics:
+    """The objectives of ``results``.
+
+    Raises:
+        CandidateFailure: a result failed, or no probe was scored (``nothing`` is then the reason).
+    """
+    metrics = aggregate(results)
+    bad = next((r for r in results if not r.ok), None)
+    if bad is not None or not metrics.ok:
+        _fail(trial, params, (bad.error if bad else None) or nothing, outcomes)
+    return metrics
+
+
+def _fail(trial: optuna.Trial, params: dict[str, Any], reason: str, outcomes: dict[int, TrialOutcome]) -> NoReturn:
+    trial.set_user_attr("reason", reason)
+    outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
+    raise CandidateFailure(reason)
+
+
 def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers.BaseSampler,
             tasks: Sequence[Task], screen: Screen) -> list[TrialOutcome]:
     """The proxy study: every trial's parameters at the zero-forward fidelity on all ``tasks``."""
@@ -235,18 +253,8 @@ def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers
     outcomes: dict[int, TrialOutcome] = {}
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        drawn = suggest_params(source, trial)
-        if not drawn.ok:
-            outcomes[trial.number] = TrialOutcome(trial.number, {}, "failed", drawn.reason, None)
-            raise CandidateFailure(drawn.reason)
-        params = dict(drawn.params or {})
-        results = screen.evaluate(params, tasks)
-        bad = next((r for r in results if not r.ok), None)
-        metrics = aggregate(results)
-        if bad is not None or not metrics.ok:
-            reason = (bad.error if bad else None) or "no probes predicted"
-            outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
-            raise CandidateFailure(reason)
+        params = _draw(source, trial, outcomes)
+        metrics = _scored(trial, params, screen.evaluate(params, tasks), outcomes, "no probes predicted")
         trial.set_user_attr("fidelity", "proxy")
         outcomes[trial.number] = TrialOutcome(trial.number, params, "screened_out", "not promoted to the model",
                                               None, metrics, dict(trial.params))
