@@ -27,7 +27,7 @@ from evals.tasks import load_suite
 def policies() -> list[PolicySpec]:
     """Distinct cache and text policies spanning drop depths (30 of them)."""
     out = [PolicySpec("rolling_drop", {"keep_tool_responses": k}) for k in (0, 1, 2, 3, 4, 5, 6, 8, 10, 12)]
-    out += [PolicySpec("rolling_drop", {"keep_tool_responses": k, "target": "both"}) for k in (1, 2, 4, 8)]
+    out += [PolicySpec("rolling_drop", {"keep_tool_responses": k, "target": "both_newest"}) for k in (1, 2, 4, 8)]
     out += [PolicySpec("scored_drop", {"budget_tokens": b}) for b in (256, 512, 1024, 2048)]
     out += [PolicySpec("thinking_drop")]
     out += [PolicySpec(name, {"window": w}) for name in ("standard", "text_engineering", "trim")

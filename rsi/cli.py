@@ -164,8 +164,8 @@ def _report(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from rsi.export import export_pick
 
-    path = export_pick(Path(args.run_dir), args.pick, Path(args.out))
-    print(f"exported {args.pick} to {path}")
+    path = export_pick(Path(args.run_dir), args.pick, Path(args.out), args.format)
+    print(f"exported {args.pick} to {path} ({args.format})")
     return 0
 
 
@@ -292,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("run_dir")
     x.add_argument("--pick", default="best", help="candidate id, label, or 'best'")
     x.add_argument("--out", required=True)
+    x.add_argument("--format", default="module", choices=["module", "akv-harness"],
+                   help="module: decide(messages) / apply(body); akv-harness: the public AKV policy interface, "
+                        "HarnessPolicy().decide(request) (docs/export.md)")
     x.set_defaults(func=_export)
 
     d = sub.add_parser("dashboard", help="MLflow UI and optuna-dashboard for a run directory")

@@ -71,12 +71,14 @@ def pick_spec(run_dir: Path, name: str) -> PolicySpec:
     return PolicySpec(c.spec, c.params, label=c.label or c.spec)
 
 
-def export_pick(run_dir: Path, name: str, out: Path) -> Path:
-    """Write candidate ``name`` of ``run_dir`` to ``out`` (see ``search_spaces.export_policy``).
+def export_pick(run_dir: Path, name: str, out: Path, format: str = "module") -> Path:
+    """Write candidate ``name`` of ``run_dir`` to ``out`` in ``format`` (``module``, or
+    ``akv-harness`` for an AKV harness; see ``search_spaces.export_policy`` and docs/export.md).
 
     Raises:
         AKVError: no archive yet, an unknown pick, a missing program file; ``PolicyError`` (an
-            ``AKVError``) when the pick cannot be exported (a text baseline, relevance needed).
+            ``AKVError``) when the pick cannot be exported (a text baseline, relevance needed, a
+            reasoning-dropping family in the harness format).
     """
     c = pick(load_archive(run_dir), name)
     if c.spec == "program":
@@ -84,7 +86,7 @@ def export_pick(run_dir: Path, name: str, out: Path) -> Path:
     else:
         policy = get_policy(c.spec, **c.params)
     try:
-        export_policy(policy, out)
+        export_policy(policy, out, format)
     except PolicyError as err:
         raise PolicyError(f"cannot export {c.label} ({c.id}): {err}", field="pick", value=name) from err
     return out

@@ -10,6 +10,7 @@ Public surface (outside checks rely on these names)::
     p = Policy.from_program(source, params)       # a program as a policy (runs in the sandbox)
     res = run_program(source, params, episodes)   # a recorded outcome: res.ok / timed_out / error / reason
     export_policy(p, "policy.py")                 # standalone, standard-library-only module
+    export_policy(p, "policy.py", format="akv-harness")   # the same behind the AKV harness interface
 
 See docs/architecture.md for the map and docs/policy-api.md for the program API.
 """

@@ -16,6 +16,11 @@ wall: the module re-checks it on import (its hash, names, attributes, imports) a
 only the allowed builtins and module functions, so importing the module cannot reach files,
 processes or the network even where the static check had a gap (it has no sandbox process or
 resource limits: a program that loops forever still loops).
+
+``format="akv-harness"`` writes the same program and walls behind the interface of the public AKV
+policy package instead (``HarnessPolicy().decide(request) -> ContextDecision``; the code is
+``_harness_runtime.py``; docs/export.md). Policies that drop reasoning (``thinking_drop``) cannot
+take that form: its decision has no field for them.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from search_spaces import program_api, rules
+from search_spaces import _harness_runtime, program_api, rules
 from search_spaces.checker import ALLOWED_ATTRIBUTES, check_program
 from search_spaces.errors import PolicyError
 from search_spaces.policy import Policy
@@ -34,7 +39,9 @@ from search_spaces.registry import FAMILIES
 from search_spaces.request import PolicyKind
 from search_spaces.seeds import seed_source
 
-_RUNNER = '''
+_MARKER = "# ---- exported from here ----"
+
+_CONTAINED = '''
 
 # ---- the policy program ----
 # Checked again on import (its hash, and no name or attribute outside what the sandbox allows), then
@@ -91,7 +98,9 @@ _program: dict = {{
     "__name__": "akv_policy_program",
 }}
 exec(compile(PROGRAM_SOURCE, "<akv-policy>", "exec"), _program)
+'''
 
+_MODULE_FACE = '''
 
 def decide(messages, token_counts=None, previous=None):
     """The cumulative cache schedule for ``messages`` (OpenAI-style dicts) as a wire-format dict.
@@ -155,31 +164,69 @@ def _literal(text: str) -> str:
     return repr(text)
 
 
-def export_policy(policy: Policy, path: str | Path) -> Path:
+FORMATS = ("module", "akv-harness")
+
+
+def harness_code() -> str:
+    """The code of ``_harness_runtime.py`` from its export marker on (the AKV-harness face)."""
+    source = Path(_harness_runtime.__file__).read_text(encoding="utf-8")
+    return source.split(_MARKER, 1)[1].strip()
+
+
+def _harness_header(label: str) -> str:
+    return (f'"""AKV cache policy: {label}, exported by search_spaces.export for an AKV harness (standard library '
+            "only).\n\n"
+            "    policy = HarnessPolicy()            # or HarnessPolicy(token_counter=counter)\n"
+            "    decision = policy.decide(request)   # request: messages, call_index, tools,\n"
+            "                                        # completed_call_message_ids, prompt_end_message_ids\n"
+            "    body = apply_decision(payload, decision)   # what to send (drop_message, reposition)\n"
+            "    request_from_payload(payload)       # a request for a chat-completions body\n"
+            "    python this_file.py < body.json     # prints the body to send\n\n"
+            "Token counts: the counter's message layout, else estimate_tokens(). Needs Python 3.10 or later.\n"
+            "Regenerate rather than edit.\n"
+            '"""\n\n')
+
+
+def export_policy(policy: Policy, path: str | Path, format: str = "module") -> Path:
     """Write ``policy`` with its parameters as one standalone module at ``path`` (see the module
-    docstring). Returns the path.
+    docstring): ``format`` is ``module`` (this project's interface) or ``akv-harness`` (the public
+    AKV policy interface). Returns the path.
 
     Raises:
-        PolicyError: the policy cannot be exported (see :func:`program_for`) or its program is refused.
+        PolicyError: an unknown format, the policy cannot be exported (see :func:`program_for`;
+            for ``akv-harness`` also a reasoning-dropping family), or its program is refused.
     """
+    if format not in FORMATS:
+        raise PolicyError(f"unknown export format {format!r}; valid formats: {', '.join(FORMATS)}", field="format",
+                          value=format)
     source, params, label = program_for(policy)
+    if format == "akv-harness" and policy.name == "thinking_drop":
+        raise PolicyError("thinking_drop drops reasoning (drop_rule), which an AKV harness decision cannot carry; "
+                          "export it with --format module", field="policy", value=policy.name)
     check = check_program(source)
     if not check.ok:
         raise PolicyError(f"cannot export: the program is refused: {check.reason}", field="policy")
     params = json.loads(json.dumps(params))
-    header = (f'"""AKV cache policy: {label}, exported by search_spaces.export (standard library only).\n\n'
-              "    decide(messages, token_counts=None) -> {\"drop_message\": ..., \"reposition\": ...}\n"
-              "        (a reasoning-dropping policy gives \"drop_rule\" instead of \"drop_message\")\n"
-              "    apply(payload, token_counts=None) -> the request body with the schedule fields set\n"
-              "    python this_file.py < body.json  prints apply(body)\n\n"
-              "Token counts default to estimate_tokens(): 4 tokens of turn markup plus one per 4 characters.\n"
-              "Regenerate rather than edit.\n"
-              '"""\n\nfrom __future__ import annotations\n\n')
-    runner = _RUNNER.format(
+    contained = _CONTAINED.format(
         sha=check.sha256, params=params, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
         modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
         nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(ALLOWED_ATTRIBUTES)))
-    text = header + api_code() + "\n" + runner
+    if format == "akv-harness":
+        text = (_harness_header(label) + api_code() + "\n" + contained + f"LABEL = {label!r}\n\n" + harness_code()
+                + "\n")
+    else:
+        text = _module_header(label) + api_code() + "\n" + contained + _MODULE_FACE
     out = Path(path)
     out.write_text(text, encoding="utf-8")
     return out
+
+
+def _module_header(label: str) -> str:
+    return (f'"""AKV cache policy: {label}, exported by search_spaces.export (standard library only).\n\n'
+            "    decide(messages, token_counts=None) -> {\"drop_message\": ..., \"reposition\": ...}\n"
+            "        (a reasoning-dropping policy gives \"drop_rule\" instead of \"drop_message\")\n"
+            "    apply(payload, token_counts=None) -> the request body with the schedule fields set\n"
+            "    python this_file.py < body.json  prints apply(body)\n\n"
+            "Token counts default to estimate_tokens(): 4 tokens of turn markup plus one per 4 characters.\n"
+            "Regenerate rather than edit.\n"
+            '"""\n\nfrom __future__ import annotations\n\n')

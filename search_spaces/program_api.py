@@ -66,6 +66,8 @@ Instead of a plan you may return the wire format itself:
 | `request.calls_before(i)` | number of assistant messages before message `i` |
 | `request.call_starts()` | ids of the first non-assistant message after each assistant message |
 | `request.is_call_start(i)` | whether message `i` is such a message |
+| `request.call_ends()` | ids of the last response of each complete tool batch, oldest first |
+| `request.prompt_end(i)` | for a call end `i`: where that call's prompt ends (`i` or `i + 1`) |
 | `request.entities(i)` | frozenset of lowercased numbers, ids and capitalised names in message `i` |
 | `request.plan()` | a new empty plan |
 
@@ -74,6 +76,12 @@ A message `m` has `m.index`, `m.role` ("system", "user", "assistant", "tool"), `
 `m.name`, `m.tool_call_id`, `m.tokens`, `m.text` (content, reasoning and calls joined),
 `m.is_system`, `m.is_user`, `m.is_assistant`, `m.is_tool`. A plan has `drop`, `drop_reasoning`,
 `reposition`, `dropped()` (set of dropped ids) and `wire()`.
+
+A *complete tool batch* is an assistant message with N tool calls followed by its N tool
+responses. In a module exported for an AKV harness (docs/export.md), `call_ends()` is what the
+harness declares (its tool batches, and user messages it treats as observations), and
+`prompt_end(i)` is `i + 1` where the harness declares that user message as the end of the
+call's prompt; in the framework it is always `i`.
 
 ## Inputs on request
 
@@ -97,6 +105,7 @@ with a one-line reason.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -111,9 +120,11 @@ _COMMON = frozenset(str.split(
     "not all any its our you your was are has had here step"))
 
 
+@functools.lru_cache(maxsize=8192)
 def entities(text: str) -> frozenset[str]:
     """Lowercased numbers of two or more characters, ids (``row3-4``, ``c12``) and capitalised
-    names (common sentence words aside) found in ``text``."""
+    names (common sentence words aside) found in ``text``. Memoised: every request of a session
+    shows the same messages again."""
     found = {m.group(0) for m in _NUMBER.finditer(text) if len(m.group(0)) > 1}
     found |= {m.group(0).lower() for m in _IDENT.finditer(text)}
     found |= {w.lower() for w in _NAME.findall(text) if w.lower() not in _COMMON}
@@ -237,10 +248,17 @@ class Plan:
 class RequestView:
     """What a program sees of one request (see the module docstring for every name)."""
 
-    __slots__ = ("_calls", "_entities", "_prefix", "_previous", "call_index", "messages", "n", "relevance", "tokens")
+    __slots__ = ("_call_ends", "_calls", "_entities", "_prefix", "_previous", "_problems", "_prompt_ends", "_refused",
+                 "call_index", "messages", "n", "relevance", "tokens")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
-                 previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None) -> None:
+                 previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None, *,
+                 call_ends: Sequence[int] | None = None, prompt_ends: Mapping[int, int] | None = None,
+                 problems: Mapping[str, str] | None = None) -> None:
+        """``call_ends`` / ``prompt_ends``: what an AKV harness declares (default: the complete tool
+        batches, no prompt suffixes). ``problems``: method name -> why the harness's declaration is
+        unusable; calling that method then raises ``ValueError`` and is recorded in ``_refused``, so
+        an exported module can refuse the request even when the program catches the exception."""
         if len(tokens) != len(messages):
             raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
         self.messages = tuple(Message(i, m, int(tokens[i])) for i, m in enumerate(messages))
@@ -256,6 +274,10 @@ class RequestView:
         for t in self.tokens:
             self._prefix.append(self._prefix[-1] + t)
         self._entities: dict[int, frozenset[str]] = {}
+        self._call_ends = tuple(int(i) for i in call_ends) if call_ends is not None else None
+        self._prompt_ends = {int(k): int(v) for k, v in (prompt_ends or {}).items()}
+        self._problems = dict(problems or {})
+        self._refused: list[str] = []
 
     @property
     def previous(self) -> dict[str, Any] | None:
@@ -292,6 +314,31 @@ class RequestView:
 
     def call_starts(self) -> list[int]:
         return [i for i in range(self.n) if self.is_call_start(i)]
+
+    def _problem(self, method: str) -> None:
+        if method in self._problems:
+            self._refused.append(self._problems[method])
+            raise ValueError(self._problems[method])
+
+    def call_ends(self) -> list[int]:
+        self._problem("call_ends")
+        if self._call_ends is not None:
+            return list(self._call_ends)
+        ends, expected = [], 0  # expected: responses the open tool batch still waits for
+        for m in self.messages:
+            if m.is_assistant:
+                expected = len(m.tool_calls)
+            elif m.is_tool and expected:
+                expected -= 1
+                if not expected:
+                    ends.append(m.index)
+            elif not m.is_tool:
+                expected = 0  # a user or system message closes an incomplete batch for good
+        return ends
+
+    def prompt_end(self, i: int) -> int:
+        self._problem("prompt_end")
+        return self._prompt_ends.get(i, i)
 
     def entities(self, i: int) -> frozenset[str]:
         if i not in self._entities:

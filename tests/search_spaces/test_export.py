@@ -112,7 +112,7 @@ def decide(request, params):
         open(CANARY, "w")
     except Exception:
         found = found + []
-    return {{"drop_message": {{}}, "reposition": [], "found": found}}
+    return {{"drop_message": {{"3": [1]}} if found else {{}}, "reposition": [2], "found": found}}
 
 
 def space(trial):
@@ -152,7 +152,7 @@ def test_export_refuses_a_program_that_binds_a_builtins_name(tmp_path):
     assert not (tmp_path / "x.py").exists()
 
 
-def _export_unchecked(monkeypatch, source: str, path: Path) -> Path:
+def _export_unchecked(monkeypatch, source: str, path: Path, fmt: str = "module") -> Path:
     """Export ``source`` as if the static check had a gap (the module's own walls must hold)."""
     import search_spaces.export as export_module
     import search_spaces.program as program_module
@@ -162,27 +162,32 @@ def _export_unchecked(monkeypatch, source: str, path: Path) -> Path:
 
     monkeypatch.setattr(program_module, "check_program", lenient)
     monkeypatch.setattr(export_module, "check_program", lenient)
-    return export_policy(Policy.from_program(source, {}), path)
+    return export_policy(Policy.from_program(source, {}), path, fmt)
 
 
+@pytest.mark.parametrize("fmt", ["module", "akv-harness"])
 @pytest.mark.parametrize(("program", "imports"), [(SHADOWED_OPEN, True), (DUNDER_WALK, False), (FORMAT_WALK, False)])
-def test_an_exported_hostile_program_touches_nothing_in_a_clean_interpreter(tmp_path, monkeypatch, program, imports):
+def test_an_exported_hostile_program_touches_nothing_in_a_clean_interpreter(tmp_path, monkeypatch, program, imports,
+                                                                           fmt):
     canary = tmp_path / "canary"
-    path = _export_unchecked(monkeypatch, program.format(canary=str(canary)), tmp_path / "hostile.py")
+    path = _export_unchecked(monkeypatch, program.format(canary=str(canary)), tmp_path / "hostile.py", fmt)
     body = {"model": "m", "messages": recorded()[1][:4]}
     run = subprocess.run([sys.executable, "-I", "-S", str(path)], input=json.dumps(body), capture_output=True,
                          text=True, cwd=tmp_path, env={}, timeout=60)
     assert not canary.exists(), "the exported program created a file"
     assert "root:" not in run.stdout + run.stderr, "the exported program read /etc/passwd"
-    if imports:  # passes the module's own check: runs, but without `open`
+    if imports:  # passes the module's own check: runs, but without `open` (it would drop message 1)
         assert run.returncode == 0, run.stderr
-        assert json.loads(run.stdout)["found"] == []
+        out = json.loads(run.stdout)
+        assert out.get("found", []) == [] and out.get("drop_message", {}) == {} and out["reposition"] == [2]
+        assert ("found" in out) == (fmt == "module")  # the harness face passes only the schedule on
     else:  # refused when the module is imported, before any program code runs
         assert run.returncode != 0 and "refuses its program" in run.stderr, run.stderr
 
 
-def test_an_edited_exported_program_is_refused_on_import(tmp_path):
-    path = export_policy(get_policy("rolling_drop"), tmp_path / "policy.py")
+@pytest.mark.parametrize("fmt", ["module", "akv-harness"])
+def test_an_edited_exported_program_is_refused_on_import(tmp_path, fmt):
+    path = export_policy(get_policy("rolling_drop"), tmp_path / "policy.py", fmt)
     text = path.read_text().replace("def decide(request, params):", "def decide(request, params):\n    x = 1", 1)
     path.write_text(text)
     run = subprocess.run([sys.executable, "-I", "-S", str(path)], input="{}", capture_output=True, text=True,

@@ -37,13 +37,23 @@ def test_parallel_tool_calls_roll_per_response():
 
 
 @pytest.mark.parametrize(("params", "expected"), [
-    ({"target": "assistant", "keep_tool_responses": 1}, {"4": [2], "6": [4], "8": [6], "10": [8]}),
-    ({"target": "both", "keep_tool_responses": 1},
+    # an assistant turn leaves with the last response of its batch (AKV's meaning of target)
+    ({"target": "assistant", "keep_tool_responses": 1}, {"5": [2], "7": [4], "9": [6], "11": [8]}),
+    ({"target": "both", "keep_tool_responses": 1}, {"5": [2, 3], "7": [4, 5], "9": [6, 7], "11": [8, 9]}),
+    # ours: assistant turns in a window of their own newest K
+    ({"target": "assistant_newest", "keep_tool_responses": 1}, {"4": [2], "6": [4], "8": [6], "10": [8]}),
+    ({"target": "both_newest", "keep_tool_responses": 1},
      {"4": [2], "5": [3], "6": [4], "7": [5], "8": [6], "9": [7], "10": [8], "11": [9]}),
     ({"keep_tool_responses": 1, "drop_batch": 2}, {"7": [3, 5], "11": [7, 9]}),
     ({"keep_tool_responses": 1, "trigger": "calls", "every_calls": 2}, {"5": [3], "9": [5, 7]}),
+    ({"keep_tool_responses": 1, "trigger": "calls", "first_call": 3, "every_calls": 0}, {"7": [3, 5]}),
+    # visible prompt at call ends 3, 5, 7 = 40, 60, 80 > 75: drop the oldest until <= 50 (K ignored)
+    # -> 3, 5, 7; at 11: 120 - 30 = 90 > 75: 9 and 11 go (70, still above 50: nothing left to drop)
     ({"keep_tool_responses": 1, "trigger": "tokens", "trigger_tokens": 75, "target_tokens": 50},
-     {"7": [3, 5], "9": [7], "11": [9]}),
+     {"7": [3, 5, 7], "11": [9, 11]}),
+    # without a target: all but the newest K at 7 (80), 9 (100 - 20) and 11 (120 - 30)
+    ({"keep_tool_responses": 1, "trigger": "tokens", "trigger_tokens": 75}, {"7": [3, 5], "9": [7], "11": [9]}),
+    ({"keep_tool_responses": 1, "trigger": "response_count", "trigger_responses": 3}, {"7": [3, 5], "11": [7, 9]}),
     ({"keep_tool_responses": 0}, {"3": [3], "5": [5], "7": [7], "9": [9], "11": [11]}),
 ])
 def test_rolling_generalisations(params, expected):
@@ -53,13 +63,25 @@ def test_rolling_generalisations(params, expected):
 @pytest.mark.parametrize(("params", "expected"), [
     ({"reposition": "calls", "reposition_start": 0, "reposition_every": 2}, [5, 9]),
     ({"reposition": "calls", "reposition_start": 3, "reposition_every": 1}, [7, 9, 11]),
-    ({"reposition": "tokens", "reposition_tokens": 65}, [6, 7, 9, 11]),
+    ({"reposition": "calls", "reposition_start": 1, "reposition_every": 0}, [3]),  # at call 1, nothing dropped yet
+    # position at call ends 7, 9, 11: 80, 100 - 20, 120 - 30, each past 65 with new drops
+    ({"reposition": "tokens", "reposition_tokens": 65}, [7, 9, 11]),
     ({"reposition": "never"}, []),
 ])
 def test_rolling_reposition(params, expected):
     d = drops("rolling_drop", keep_tool_responses=1, **params)
     assert d["drop_message"] == {"5": [3], "7": [5], "9": [7], "11": [9]}
     assert d["reposition"] == expected
+
+
+def test_assistant_target_waits_for_the_whole_batch():
+    # A2 T3 T4 | A5 T6 | U7 | A8 (answer, no call) | U9 | A10 T11: with K = 2, T3 leaves at T6 and T4 at T11,
+    # so A2 leaves at 11; A8 (no tool call) leaves with A10's batch, which never expires here
+    msgs = build(["call2", "call", "user", "answer", "user", "call"], [True])
+    d = drops("rolling_drop", msgs, [5] * len(msgs), keep_tool_responses=2, target="both")
+    assert d["drop_message"] == {"6": [3], "11": [2, 4]}
+    d = drops("rolling_drop", msgs, [5] * len(msgs), keep_tool_responses=1, target="assistant")
+    assert d["drop_message"] == {"6": [2], "11": [5]}
 
 
 @pytest.mark.parametrize(("thinking", "params", "expected"), [
