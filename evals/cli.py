@@ -153,7 +153,7 @@ def policy_specs(args: argparse.Namespace, params: dict[str, Any],
         specs = [PolicySpec("program", {**program.params, **params}, source=program.source,
                             label=f"program:{Path(args.program).name}")]
     elif args.compare:
-        specs = [PolicySpec.parse(x.strip()) for x in args.compare.split(",") if x.strip()]
+        specs = [PolicySpec.parse(x) for x in split_compare(args.compare)]
         specs = [PolicySpec(s.name, s.params, label=s.name + (f"({s.label.split('(', 1)[1]}" if "(" in s.label else ""))
                  for s in specs]
     elif args.policy:
@@ -164,6 +164,69 @@ def policy_specs(args: argparse.Namespace, params: dict[str, Any],
     for s in specs:
         s.build()
     return specs
+
+
+def split_compare(text: str) -> list[str]:
+    """The policies of ``--compare``: ``A,B:k=v,k2=v2,C`` -> ``["A", "B:k=v,k2=v2", "C"]`` (a ``k=v``
+    piece belongs to the policy before it); ``;`` separates policies outright when present.
+
+    Raises:
+        AKVError: a ``k=v`` piece with no policy before it, or no policy at all.
+    """
+    if ";" in text:
+        out = [x.strip() for x in text.split(";") if x.strip()]
+    else:
+        out = []
+        for piece in (x.strip() for x in text.split(",")):
+            if not piece:
+                continue
+            if "=" in piece.split(":", 1)[0]:  # k=v: a parameter of the policy before it
+                if not out or ":" not in out[-1]:
+                    raise AKVError(f"--compare: parameter {piece!r} has no policy before it; write NAME:k=v,k=v",
+                                   field="compare", value=text)
+                out[-1] += "," + piece
+            else:
+                out.append(piece)
+    if not out:
+        raise AKVError(f"--compare names no policy: {text!r}", field="compare", value=text)
+    return out
+
+
+def paired_rows(specs: list[PolicySpec], results: list[TaskResult], *, samples: int = 2000,
+                seed: int = 0) -> list[dict[str, Any]]:
+    """Each policy after the first against the first, paired over tasks (``evals.paired``): cost
+    change in percent and pass-rate change with 95% bootstrap intervals. A policy with failed
+    results is left out (its row says why)."""
+    from evals.paired import PairingError, pair_results, paired_bootstrap
+
+    by_policy = {s.display: [r for r in results if r.policy == s.display] for s in specs}
+    base = specs[0].display
+    rows: list[dict[str, Any]] = []
+    for s in specs[1:]:
+        try:
+            d = paired_bootstrap(pair_results(by_policy[s.display], by_policy[base]), samples=samples, seed=seed)
+        except PairingError as err:
+            rows.append({"policy": s.display, "versus": base, "error": str(err)})
+            continue
+        rows.append({"policy": s.display, "versus": base, "cost_delta_pct": d.cost_delta_pct,
+                     "cost_delta_ci95": list(d.cost_delta_ci95), "pass_delta": d.pass_delta,
+                     "pass_delta_ci95": list(d.pass_delta_ci95), "tasks": d.n_tasks, "significant": d.significant})
+    return rows
+
+
+def _print_paired(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    print(f"paired over tasks against {rows[0]['versus']} (95% bootstrap intervals; significant: the cost "
+          f"interval excludes 0 and the pass interval's lower bound is >= -0.05, over >= 5 tasks)")
+    for r in rows:
+        if "error" in r:
+            print(f"  {r['policy'][:30]:30s} not compared: {r['error']}")
+            continue
+        c, p = r["cost_delta_ci95"], r["pass_delta_ci95"]
+        verdict = "significant" if r["significant"] else "not significant"
+        print(f"  {r['policy'][:30]:30s} cost {r['cost_delta_pct']:+6.1f}% [{c[0]:+.1f}, {c[1]:+.1f}]  pass "
+              f"{r['pass_delta']:+.3f} [{p[0]:+.3f}, {p[1]:+.3f}]  {verdict}")
 
 
 def summarize(results: list[TaskResult], config: EvalConfig | None = None) -> dict[str, Any]:
@@ -268,6 +331,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     bar.close()
     rows = [summarize([r for r in results if r.policy == s.display], config) for s in specs]
     _print_table(rows, config.scoring)
+    paired = paired_rows(specs, results) if len(specs) > 1 else []
+    _print_paired(paired)
     out.parent.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {"suite": args.suite, "split": selection.split, "model": args.model,
                                "template": args.template, "scoring": config.scoring, "config": config.as_dict(),
@@ -275,6 +340,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     if len(rows) == 1:
         payload.update(rows[0])
     payload["policies"] = rows
+    if paired:
+        payload["paired"] = paired
     payload["tasks"] = [json.loads(json.dumps(r.to_row())) for r in results]
     out.write_text(json.dumps(payload, indent=1, default=str))
     import pandas as pd

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.accounting import Accountant
@@ -260,3 +260,37 @@ def check_fidelity(pairs: Mapping[str, tuple[float, float]]) -> FidelityCheck:
     xs = [p for p, _ in pairs.values()]
     ys = [m for _, m in pairs.values()]
     return FidelityCheck(len(pairs), spearman(xs, ys))
+
+
+@dataclass
+class FidelitySpeed:
+    """Policy-task evaluations made at each fidelity and the seconds they took (a search's own
+    measurement of what the cascade saves: results read back from a store are not counted).
+
+    Attributes:
+        counts / seconds: per fidelity (``model``, ``proxy``).
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, fidelity: str, seconds: Iterable[float]) -> None:
+        """Count one evaluation per item of ``seconds`` (each its own duration)."""
+        for s in seconds:
+            self.counts[fidelity] = self.counts.get(fidelity, 0) + 1
+            self.seconds[fidelity] = self.seconds.get(fidelity, 0.0) + s
+
+    def per_minute(self, fidelity: str) -> float | None:
+        """Evaluations per minute of one evaluator at ``fidelity`` (``None`` before any)."""
+        n, s = self.counts.get(fidelity, 0), self.seconds.get(fidelity, 0.0)
+        return 60 * n / s if n and s > 0 else None
+
+    @property
+    def ratio(self) -> float | None:
+        """How many times more proxy than model evaluations a minute buys (``None`` until both ran)."""
+        proxy, model = self.per_minute("proxy"), self.per_minute("model")
+        return proxy / model if proxy is not None and model is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "seconds": dict(self.seconds),
+                "per_minute": {f: self.per_minute(f) for f in sorted(self.counts)}, "ratio": self.ratio}

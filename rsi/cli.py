@@ -223,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")
     which = e.add_mutually_exclusive_group()
     which.add_argument("--policy", default=None, help="a policy name (or drop_evidence)")
-    which.add_argument("--compare", default=None, help="comma-separated policies to compare side by side")
+    which.add_argument("--compare", default=None,
+                       help="policies to compare side by side, NAME or NAME:k=v,k=v, comma-separated (';' also "
+                            "separates); each is paired over tasks with the first (95%% bootstrap intervals)")
     which.add_argument("--program", default=None, metavar="FILE.py",
                        help="a policy program, or a module written by akv export (run in the sandbox, never imported)")
     which.add_argument("--run", default=None, metavar="RUN_DIR", help="a candidate of a search run (see --pick)")

@@ -128,7 +128,9 @@ class CascadeConfig:
     Attributes:
         enabled: use the cascade (off: every Optuna trial is a model trial, as before).
         trials: proxy trials per program.
-        promote: most parameter sets per program that reach the model.
+        promote: most parameter sets per program that reach the model (more than one: the most
+            accurate prediction, then the cheapest set predicted to reach each expert's predicted
+            pass, then sets spread along cost; ``rsi.tuning.promoted``).
         margin: predicted-pass margin of the promotion rule (0: the plain proxy front).
     """
 
@@ -185,7 +187,8 @@ class SearchConfig:
         seeds: built-in families whose program sources seed the archive.
         experts: policies compared in the report (``name`` or ``name:k=v,k=v``).
         seed_from: an earlier run directory whose archive front seeds this search.
-        heldout_front: how many front members get a held-out evaluation per generation.
+        heldout_front: how many front members (the most accurate on train) get a held-out evaluation
+            per generation, besides each expert's cheapest match on train (``rsi.headline``).
         tracking_uri: MLflow store ("" = sqlite in the run directory).
         tune_experts: also tune the tunable experts of ``experts`` (rolling drop's K, the
             summarizing baselines' window) on train with ``optuna.trials`` trials, and report the

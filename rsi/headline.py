@@ -11,11 +11,13 @@ percentile intervals of a paired bootstrap over tasks (``bootstrap_samples`` res
 tasks uses the same resamples and the same config gives the same file); significant: the cost
 interval excludes 0, the pass interval's lower bound is >= -0.05, and at least 5 tasks were paired.
 
-Which evolved policy (per expert): among evolved candidates with a held-out result, the cheapest
-(held-out mean cost, then label) whose held-out pass rate is at least the expert's
-(``matched_pass`` true); when none reaches it, the one with the highest held-out pass rate, then
-the lowest cost (``matched_pass`` false: nothing matched the expert's accuracy). An empty list
-means there is nothing to compare; :func:`empty_reason` says why.
+Which evolved policy (per expert) is chosen on train, never on held-out (choosing on the split
+that is then reported would flatter it): among evolved candidates with a held-out result, the
+cheapest on train (train mean cost, then label) whose train pass rate is at least the expert's
+(``matched_pass`` true); when none reaches it, the one with the highest train pass rate, then the
+lowest cost (``matched_pass`` false: nothing matched the expert's accuracy). The search evaluates
+exactly these choices on held-out (:func:`heldout_targets`). An empty list means there is nothing
+to compare; :func:`empty_reason` says why.
 """
 
 from __future__ import annotations
@@ -74,20 +76,35 @@ def _heldout_ok(c: Candidate) -> bool:
     return c.heldout is not None and c.heldout.ok
 
 
-def pick_policy(evolved: Sequence[Candidate], versus: Candidate) -> tuple[Candidate, bool] | None:
-    """The evolved candidate compared with ``versus`` and whether it matched its pass rate (module docstring)."""
-    scored = [c for c in evolved if _heldout_ok(c)]
-    if not scored or versus.heldout is None:
+def _choose(candidates: Sequence[Candidate], versus: Candidate) -> tuple[Candidate, bool] | None:
+    """The cheapest of ``candidates`` on train at ``versus``'s train pass rate or above (and ``True``),
+    else the most accurate on train (and ``False``); ``None`` when there is nothing to choose from."""
+    scored = [c for c in candidates if c.train is not None and c.train.ok]
+    if not scored or versus.train is None or not versus.train.ok:
         return None
-
-    def cost(c: Candidate) -> float:
-        assert c.heldout is not None
-        return c.heldout.cost_cents_mean
-
-    matched = [c for c in scored if c.heldout is not None and c.heldout.pass_rate >= versus.heldout.pass_rate]
+    matched = [c for c in scored if c.point[1] >= versus.point[1]]
     if matched:
-        return min(matched, key=lambda c: (cost(c), c.label, c.id)), True
-    return min(scored, key=lambda c: (-c.heldout.pass_rate if c.heldout else 0.0, cost(c), c.label, c.id)), False
+        return min(matched, key=lambda c: (c.point[0], c.label, c.id)), True
+    return min(scored, key=lambda c: (-c.point[1], c.point[0], c.label, c.id)), False
+
+
+def pick_policy(evolved: Sequence[Candidate], versus: Candidate) -> tuple[Candidate, bool] | None:
+    """The evolved candidate compared with ``versus`` on held-out, and whether it matched its pass
+    rate on train (module docstring)."""
+    if not _heldout_ok(versus):
+        return None
+    return _choose([c for c in evolved if _heldout_ok(c)], versus)
+
+
+def heldout_targets(front: Sequence[Candidate], experts: Sequence[Candidate], best: int) -> list[Candidate]:
+    """The front members a generation evaluates on held-out: the ``best`` most accurate on train,
+    then each expert's match on train (:func:`_choose`), each once, in that order."""
+    chosen = sorted(front, key=lambda c: (-c.point[1], c.point[0], c.id))[:best]
+    for versus in experts:
+        picked = _choose(front, versus)
+        if picked is not None and picked[0] not in chosen:
+            chosen.append(picked[0])
+    return chosen
 
 
 def empty_reason(archive: Archive) -> str:

@@ -2,11 +2,11 @@
 
 The plan (:func:`plan_evaluations`) counts what the config asks for: every expert on both
 splits, every program (seeds, imported front, ``per_generation`` proposals per generation)
-tuned with ``trials`` trials on every train task, and up to ``heldout_front`` front members on
-the held-out split per generation. It is an upper bound: a pruned trial stops after the
-fidelity tasks, a refused program runs nothing, a trial may repeat parameters. The loop settles
-each unit (:meth:`SearchProgress.unit`) when it ends, so the total shrinks to what actually ran
-and the bar ends full.
+tuned with ``trials`` trials on every train task, and up to ``heldout_front`` front members plus
+one match per expert (``rsi.headline.heldout_targets``) on the held-out split per generation. It
+is an upper bound: a pruned trial stops after the fidelity tasks, a refused program runs nothing,
+a trial may repeat parameters. The loop settles each unit (:meth:`SearchProgress.unit`) when it
+ends, so the total shrinks to what actually ran and the bar ends full.
 
 The bar advances once per distinct evaluation, whether it was computed or came from the store
 (a resumed search moves fast over what it finished before). It is drawn (tqdm) only when the
@@ -49,7 +49,7 @@ def plan_evaluations(config: SearchConfig, n_train: int, n_heldout: int) -> Eval
         experts=len(config.experts) * (n_train + n_heldout),
         per_program=(config.cascade.promote if config.cascade.enabled else config.optuna.trials) * n_train,
         programs=len(config.seeds) + config.generations * config.proposer.per_generation,
-        per_heldout_close=config.heldout_front * n_heldout,
+        per_heldout_close=(config.heldout_front + len(config.experts)) * n_heldout,
         heldout_closes=config.generations + 1,
     )
 

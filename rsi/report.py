@@ -160,7 +160,21 @@ def _fidelity_section(run: Path) -> str:
             for k, v in sorted(fid.get("pairs", {}).items())]
     return (f"<h2>Evaluation cascade</h2><p>{html.escape(fid.get('summary', ''))}. "
             f"{fid.get('screened_trials', 0)} proxy trials screened this attempt; only promoted ones met the "
-            f"model.</p>{_table(rows, ['policy', 'predicted pass (proxy)', 'model pass'])}")
+            f"model.{_speed_line(fid.get('speed') or {})}</p>"
+            f"{_table(rows, ['policy', 'predicted pass (proxy)', 'model pass'])}")
+
+
+def _speed_line(speed: dict[str, Any]) -> str:
+    """The measured evaluations per minute at each fidelity (one evaluator each), in words."""
+    per_min = speed.get("per_minute") or {}
+    counts = speed.get("counts") or {}
+    parts = [f"{fid}: {per_min[fid]:,.1f} a minute over {counts.get(fid, 0)} evaluations"
+             for fid in ("model", "proxy") if isinstance(per_min.get(fid), (int, float))]
+    if not parts:
+        return ""
+    ratio = speed.get("ratio")
+    tail = f"; the proxy is {ratio:,.0f}x faster" if isinstance(ratio, (int, float)) else ""
+    return " Policy-task evaluations measured in this attempt, " + "; ".join(parts) + tail + "."
 
 
 def write_report(run_dir: str | Path) -> list[Path]:

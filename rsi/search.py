@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError, show
-from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity
+from evals.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
 from evals.probes import ProbeFormat
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
 from evals.tasks import load_suite, select_tasks
@@ -34,7 +34,7 @@ from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.config import SearchConfig, config_from_dict
 from rsi.executors.base import EvalRequest, Executor
 from rsi.expert_tuning import TUNED, tunable, tune_expert
-from rsi.headline import build_headline, write_headline
+from rsi.headline import build_headline, heldout_targets, write_headline
 from rsi.metrics import aggregate
 from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.progress import SearchProgress, plan_evaluations
@@ -95,6 +95,7 @@ class Search:
         self._proxy: ProxyReplay | None = None  # the cascade's zero-forward fidelity (cascade.enabled)
         self.fidelity_pairs: dict[str, tuple[float, float]] = {}  # policy -> (predicted, model) pass on train
         self.screened = 0  # proxy trials this attempt
+        self.speed = FidelitySpeed()  # policy-task evaluations and their seconds per fidelity, this attempt
         self._progress_enabled = progress
         self._outputs_generation = self._written_generation()
         self.progress = SearchProgress(0, enabled=False)  # replaced by run() once the tasks are known
@@ -184,7 +185,10 @@ class Search:
         for r in requests:  # results from the store count as done (new ones count when stored)
             if r.key in self.store:
                 self.progress.advance(r.key)
-        return self.executor.run(requests)
+        fresh = {r.key for r in requests if r.key not in self.store}
+        results = self.executor.run(requests)
+        self.speed.add("model", [r.seconds for r, q in zip(results, requests) if q.key in fresh and r.ok])
+        return results
 
     def _reference(self, tasks: Sequence[Task]) -> list[tuple[float, float]]:
         """The current front's (cost, pass) on exactly ``tasks`` (all from the store)."""
@@ -352,9 +356,14 @@ class Search:
             return None
 
         def predict(params: dict[str, Any], tasks: Sequence[Task]) -> list[TaskResult]:
-            return proxy.evaluate_many(PolicySpec("program", params, source=source, label=label), tasks)
+            t0 = time.perf_counter()
+            results = proxy.evaluate_many(PolicySpec("program", params, source=source, label=label), tasks)
+            self.speed.add("proxy", [(time.perf_counter() - t0) / max(1, len(results))] * len(results))
+            return results
 
-        return Screen(predict, cfg.trials, cfg.promote, cfg.margin)
+        experts = (c.id for c in self.archive.candidates if c.expert and c.id in self.fidelity_pairs)
+        anchors = tuple(self.fidelity_pairs[cid][0] for cid in experts) if cfg.promote > 1 else ()
+        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors)
 
     def _record_fidelity(self, sha: str, result: TuneResult) -> None:
         """Pairs of (predicted, model) train pass rate of every promoted trial the model finished."""
@@ -373,6 +382,7 @@ class Search:
         write_json(self.run_dir / "fidelity.json", {
             "policies": check.policies, "spearman": check.spearman, "target": check.target,
             "enough": check.enough, "summary": check.summary(), "screened_trials": self.screened,
+            "speed": self.speed.to_dict(),
             "pairs": {k: {"predicted_pass": p, "model_pass": m} for k, (p, m) in sorted(self.fidelity_pairs.items())},
         })
 
@@ -476,7 +486,7 @@ class Search:
     def _close_generation(self, g: int) -> None:
         front = self.archive.front()
         with self.progress.unit(self.plan.per_heldout_close):
-            for c in sorted(front, key=lambda c: -c.point[1])[: self.config.heldout_front]:
+            for c in heldout_targets(front, self.archive.scored(experts=True), self.config.heldout_front):
                 if c.heldout is None:
                     m = aggregate(self.evaluate(self._spec(c), self.heldout))
                     self.archive.with_heldout(c.id, m)

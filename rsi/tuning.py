@@ -75,12 +75,15 @@ class Screen:
         promote: at most this many distinct parameter sets go on to the model.
         margin: a screened set is promoted unless another costs no more and predicts at least
             ``margin`` more pass (0: the plain Pareto front of the predictions).
+        anchors: the experts' predicted pass rates on the same tasks; promotion then favours the
+            cheapest set predicted to reach each (:func:`promoted`).
     """
 
     evaluate: Evaluate
     trials: int
     promote: int
     margin: float
+    anchors: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.trials < 1 or self.promote < 1 or not 0 <= self.margin < 1:
@@ -128,11 +131,17 @@ def _params_key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-def promoted(screened: Sequence[TrialOutcome], k: int, margin: float) -> list[TrialOutcome]:
+def promoted(screened: Sequence[TrialOutcome], k: int, margin: float,
+             anchors: Sequence[float] = ()) -> list[TrialOutcome]:
     """The screened trials that go on to the model: distinct parameter sets that no other one
     margin-dominates (costs no more and predicts at least ``margin`` more pass; with ``margin`` 0,
-    plain Pareto dominance), at most ``k`` of them spread evenly along cost (``k`` = 1: the highest
-    predicted pass, then the lowest cost)."""
+    plain Pareto dominance), at most ``k`` of them.
+
+    Without ``anchors``, spread evenly along cost (``k`` = 1: the highest predicted pass, then the
+    lowest cost). With ``anchors`` (the experts' predicted pass rates on the same tasks): the highest
+    predicted pass first, then for each anchor, highest first, the cheapest set predicted to reach
+    it -- the candidates that could be cheaper than an expert at its accuracy -- then the rest spread
+    along cost."""
     unique: dict[str, tuple[TrialOutcome, float, float]] = {}
     for o in screened:
         if o.proxy is not None and o.proxy.ok:
@@ -145,9 +154,21 @@ def promoted(screened: Sequence[TrialOutcome], k: int, margin: float) -> list[Tr
     keep = sorted((x for x in points if not beaten(x[1], x[2])), key=lambda x: (x[1], -x[2], x[0].number))
     if len(keep) <= k:
         return [x[0] for x in keep]
+    best = max(keep, key=lambda x: (x[2], -x[1], -x[0].number))
     if k == 1:
-        return [max(keep, key=lambda x: (x[2], -x[1], -x[0].number))[0]]
-    return [keep[round(i * (len(keep) - 1) / (k - 1))][0] for i in range(k)]
+        return [best[0]]
+    if not anchors:
+        return [keep[round(i * (len(keep) - 1) / (k - 1))][0] for i in range(k)]
+    chosen = [best]
+    for anchor in sorted(set(anchors), reverse=True):
+        reach = [x for x in keep if x[2] >= anchor and x not in chosen]
+        if reach and len(chosen) < k:
+            chosen.append(reach[0])  # (keep is sorted by cost)
+    rest = [x for x in keep if x not in chosen]
+    need = k - len(chosen)
+    if need > 0 and rest:
+        chosen += [rest[round(i * (len(rest) - 1) / max(1, need - 1))] for i in range(min(need, len(rest)))]
+    return [x[0] for x in sorted(chosen, key=lambda x: (x[1], -x[2], x[0].number))]
 
 
 def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int, n_trials: int,
@@ -170,7 +191,7 @@ def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int,
     if screen is not None:
         proxy_sampler = make_sampler(sampler, study_seed(seed, name + "-proxy"))
         screened = _screen(source, study_name + "-proxy", storage, proxy_sampler, tasks, screen)
-        chosen = promoted(screened, screen.promote, screen.margin)
+        chosen = promoted(screened, screen.promote, screen.margin, screen.anchors)
         chosen_numbers = {o.number for o in chosen}
         screened = [replace(o, state="screened") if o.number in chosen_numbers else o for o in screened]
     study = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"],

@@ -258,3 +258,51 @@ def test_eval_a_pick_of_a_run(tmp_path, eng):
     reference = Replay(eng, EvalConfig(generate=False)).evaluate(
         PolicySpec("rolling_drop", {"keep_tool_responses": 0}), Task.from_record(DOCUMENTED))
     assert math.isclose(out["tasks"][0]["cost_cents"], reference.cost_cents)
+
+
+# ------------------------------------------------------------------ --compare
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("full,rolling_drop", ["full", "rolling_drop"]),
+    ("full, rolling_drop:keep_tool_responses=4,target=tool, standard:window=512",
+     ["full", "rolling_drop:keep_tool_responses=4,target=tool", "standard:window=512"]),
+    ("rolling_drop:keep_tool_responses=4;scored_drop:budget_tokens=9,targets=any",
+     ["rolling_drop:keep_tool_responses=4", "scored_drop:budget_tokens=9,targets=any"]),
+    (",,full,,", ["full"]),
+])
+def test_compare_keeps_each_policys_parameters_together(text, expected):
+    from evals.cli import split_compare
+
+    assert split_compare(text) == expected
+
+
+@pytest.mark.parametrize("text", ["keep_tool_responses=4,full", "full,k=4", " , ", ";;"])
+def test_compare_refuses_parameters_without_a_policy_in_one_line(text):
+    from engine.errors import AKVError
+    from evals.cli import split_compare
+
+    with pytest.raises(AKVError) as err:
+        split_compare(text)
+    assert "\n" not in str(err.value) and "--compare" in str(err.value)
+
+
+def test_compare_pairs_each_policy_with_the_first_over_tasks(tmp_path):
+    """The paired row of ``--compare`` is the ratio of summed task costs and the difference of pass
+    rates, recomputed here from the per-task rows of the same output."""
+    tasks = write_tasks(tmp_path / "t.jsonl", DOCUMENTED, OPENAI)
+    proc = akv(tmp_path, "eval", "--suite", str(tasks), "--compare",
+               "full,rolling_drop:keep_tool_responses=0,target=tool", "--model", "tiny-random", "--out", "r.json")
+    ok(proc)
+    out = json.loads((tmp_path / "r.json").read_text())
+    [row] = out["paired"]
+    assert (row["policy"], row["versus"], row["tasks"]) == (
+        "rolling_drop(keep_tool_responses=0,target=tool)", "full", 2)
+    by = {p: [t for t in out["tasks"] if t["policy"] == p] for p in (row["policy"], "full")}
+    cost = {p: sum(t["cost_cents"] for t in rs) for p, rs in by.items()}
+    rate = {p: sum(t["n_passed"] for t in rs) / sum(t["n_probes"] for t in rs) for p, rs in by.items()}
+    assert row["cost_delta_pct"] == pytest.approx(100 * (cost[row["policy"]] / cost["full"] - 1), abs=1e-9)
+    assert row["pass_delta"] == pytest.approx(rate[row["policy"]] - rate["full"], abs=1e-9)
+    assert row["cost_delta_pct"] < 0  # K=0 drops the tool responses: fewer cached tokens read
+    assert not row["significant"]  # 2 tasks: never significant
+    assert "paired over tasks against full" in proc.stdout

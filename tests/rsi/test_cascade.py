@@ -42,6 +42,10 @@ def test_promotion_is_the_front_widened_by_the_margin():
     line = [outcome(i, i, float(i), i / 10) for i in range(1, 10)]
     assert [o.params["k"] for o in promoted(line, 3, 0.0)] == [1, 5, 9]
     assert [o.params["k"] for o in promoted(line, 1, 0.0)] == [9]
+    # anchors: the best, then the cheapest set reaching each expert's prediction, then spread
+    assert [o.params["k"] for o in promoted(line, 3, 0.0, anchors=(0.35, 0.62))] == [4, 7, 9]
+    assert [o.params["k"] for o in promoted(line, 4, 0.0, anchors=(0.62,))] == [1, 7, 8, 9]
+    assert [o.params["k"] for o in promoted(line, 2, 0.0, anchors=(0.95,))] == [1, 9]  # nothing reaches 0.95
 
 
 def test_tune_screens_every_trial_and_sends_only_promoted_sets_to_the_model():
@@ -111,5 +115,24 @@ def test_a_search_with_the_cascade_screens_many_and_evaluates_few(tmp_path, tiny
         per_program.setdefault(r["policy"], set()).add(r["params"])
     assert per_program and all(len(v) <= 1 for v in per_program.values())  # promote=1: one set per program
     assert all(row["fidelity"] == "model" for row in json.loads((run / "pareto.json").read_text()))
-    assert "Evaluation cascade" in (run / "report.html").read_text()
+    report = (run / "report.html").read_text()
+    assert "Evaluation cascade" in report
     assert len(EvalStore(run / "evaluations.jsonl")) == len(rows)
+    # the run measures both fidelities' speed: every computed model evaluation, every screened policy-task
+    speed = fid["speed"]
+    assert speed["counts"]["model"] == len(rows)
+    assert speed["counts"]["proxy"] == fid["screened_trials"] * config.data.train_tasks
+    assert speed["ratio"] == pytest.approx(speed["per_minute"]["proxy"] / speed["per_minute"]["model"])
+    assert "faster" in report
+
+
+def test_fidelity_speed_is_evaluations_per_minute_per_fidelity():
+    from evals.fidelity import FidelitySpeed
+
+    s = FidelitySpeed()
+    assert s.per_minute("model") is None and s.ratio is None
+    s.add("model", [6.0, 6.0])  # 2 in 12 s: 10 a minute
+    s.add("proxy", [0.01] * 30)  # 30 in 0.3 s: 6,000 a minute
+    assert s.per_minute("model") == pytest.approx(10.0) and s.per_minute("proxy") == pytest.approx(6000.0)
+    assert s.ratio == pytest.approx(600.0)
+    assert s.to_dict()["counts"] == {"model": 2, "proxy": 30}

@@ -20,6 +20,7 @@ from rsi.headline import (
     build_headline,
     describe,
     headline_lines,
+    heldout_targets,
     pick_policy,
     read_headline,
     write_headline,
@@ -38,21 +39,36 @@ def _m(pass_rate: float, cost: float) -> Metrics:
     return Metrics(pass_rate, cost, 3, 6)
 
 
-def _cand(cid: str, held: tuple[float, float] | None, *, expert: bool = False, proposer: str = "seed") -> Candidate:
-    return Candidate(cid, cid, cid, {}, 0, proposer=proposer, train=_m(0.5, 1.0),
+def _cand(cid: str, held: tuple[float, float] | None, *, expert: bool = False, proposer: str = "seed",
+          train: tuple[float, float] = (0.5, 1.0)) -> Candidate:
+    return Candidate(cid, cid, cid, {}, 0, proposer=proposer, train=_m(*train),
                      heldout=_m(*held) if held else None, expert=expert, spec="full" if expert else "program")
 
 
 # ----------------------------------------------------------------- choice rules
 
 
-def test_the_cheapest_evolved_policy_at_the_experts_pass_rate_is_compared():
-    evolved = [_cand("a", (0.80, 1.0)), _cand("b", (0.70, 0.5)), _cand("c", (0.75, 0.8)), _cand("d", None)]
-    versus = _cand("e", (0.75, 0.9), expert=True)
-    assert pick_policy(evolved, versus) == (evolved[2], True)  # c: cheapest of a, c (pass >= 0.75)
-    higher = _cand("e2", (0.90, 0.9), expert=True)
-    assert pick_policy(evolved, higher) == (evolved[0], False)  # none reaches 0.90: the most accurate
+def test_the_cheapest_evolved_policy_at_the_experts_train_pass_rate_is_compared():
+    # held-out results are deliberately the reverse of train: the choice must follow train only
+    evolved = [_cand("a", (0.70, 0.5), train=(0.80, 1.0)), _cand("b", (0.90, 1.0), train=(0.70, 0.5)),
+               _cand("c", (0.60, 2.0), train=(0.75, 0.8)), _cand("d", None, train=(0.9, 0.1))]
+    versus = _cand("e", (0.95, 0.1), expert=True, train=(0.75, 0.9))
+    assert pick_policy(evolved, versus) == (evolved[2], True)  # c: cheapest on train of a, c (train pass >= 0.75)
+    higher = _cand("e2", (0.10, 5.0), expert=True, train=(0.90, 0.9))
+    assert pick_policy(evolved, higher) == (evolved[0], False)  # d has no held-out result; a is the most accurate
     assert pick_policy([evolved[3]], versus) is None
+    assert pick_policy(evolved, _cand("e3", None, expert=True)) is None
+
+
+def test_heldout_targets_are_the_most_accurate_and_each_experts_match_on_train():
+    front = [_cand("a", None, train=(0.9, 1.0)), _cand("b", None, train=(0.8, 0.7)),
+             _cand("c", None, train=(0.6, 0.5)), _cand("d", None, train=(0.4, 0.2))]
+    experts = [_cand("full", None, expert=True, train=(0.9, 1.1)), _cand("k12", None, expert=True, train=(0.55, 0.8)),
+               _cand("std", None, expert=True, train=(0.3, 0.9)), _cand("te", None, expert=True, train=(0.95, 2.0))]
+    # a: most accurate (and full's match); c: k12's cheapest match; d: std's; te: nothing matches, a again
+    assert [c.id for c in heldout_targets(front, experts, 1)] == ["a", "c", "d"]
+    assert [c.id for c in heldout_targets(front, experts, 2)] == ["a", "b", "c", "d"]
+    assert [c.id for c in heldout_targets(front, [], 0)] == []
 
 
 def test_the_tuned_expert_is_the_cheapest_trial_at_the_fixed_settings_pass_rate():
@@ -90,9 +106,10 @@ def _results(costs: list[float], passed: list[int]) -> list[Any]:
 
 
 def test_build_headline_pairs_tasks_and_leaves_out_what_it_cannot_compare():
-    cheap, rich = _cand("cheap", (0.5, 1.5)), _cand("rich", (0.75, 3.0))
-    fixed = _cand("expert:rolling_drop", (0.5, 2.0), expert=True, proposer="expert")
-    tuned = _cand("expert:rolling_drop (tuned)", (0.75, 2.5), expert=True, proposer="expert-tuned")
+    cheap, rich = _cand("cheap", (0.5, 1.5), train=(0.5, 1.5)), _cand("rich", (0.75, 3.0), train=(0.75, 3.0))
+    fixed = _cand("expert:rolling_drop", (0.5, 2.0), expert=True, proposer="expert", train=(0.5, 2.0))
+    tuned = _cand("expert:rolling_drop (tuned)", (0.75, 2.5), expert=True, proposer="expert-tuned",
+                  train=(0.75, 2.5))
     unmeasured = _cand("expert:standard", None, expert=True, proposer="expert")
     per_task = {"cheap": _results([1, 2, 1.5], [1, 1, 1]), "rich": _results([3, 3, 3], [2, 1, 2]),
                 "expert:rolling_drop": _results([2, 2, 2], [1, 1, 1]),
