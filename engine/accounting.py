@@ -9,6 +9,7 @@ uses it to cost a policy's run exactly and in milliseconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
@@ -16,8 +17,19 @@ from engine.history import Item, replay
 from engine.kvstore import Payload, SizedKV
 from engine.layout import Renderer
 from engine.plan import TokenUsage, commit, plan_request, release
-from engine.radix import KVState, RadixTree
+from engine.radix import KVState, Node, RadixTree
 from engine.schedule import Schedule
+
+
+@dataclass(eq=False)
+class DryRequest:
+    """A request between :meth:`Accountant.start` and :meth:`Accountant.finish`: its history, its
+    token accounting, and the node its prompt ends on (locked until the finish)."""
+
+    items: list[Item]
+    usage: TokenUsage
+    end: Node
+    finished: bool = False
 
 
 class Accountant:
@@ -52,15 +64,29 @@ class Accountant:
 
     def request_items(self, items: Sequence[Item], output_ids: Sequence[int] = ()) -> TokenUsage:
         """Account a request given as its event history."""
+        return self.finish(self.start(items), output_ids)
+
+    def start(self, items: Sequence[Item]) -> DryRequest:
+        """What :meth:`engine.Engine.start` does to the tree: plan, store the prompt's KV, and hold
+        the prompt's end node locked until :meth:`finish` (other requests may run in between)."""
         history = replay(items)
         plan = plan_request(self.tree, items, history)
         bpt = self.bytes_per_token
         end = commit(self.tree, plan, items, lambda s, e: SizedKV(e - s, bpt), bpt, last_hidden=True)
+        return DryRequest(list(items), plan.usage, end)
+
+    def finish(self, request: DryRequest, output_ids: Sequence[int] = ()) -> TokenUsage:
+        """What :meth:`engine.Engine.finish` does: store the generated KV and release the locks
+        (call exactly once per :meth:`start`)."""
+        assert not request.finished, "finish() called twice"
+        request.finished = True
+        bpt = self.bytes_per_token
         try:
-            insert_output(self.tree, list(items), list(output_ids), lambda s, e: SizedKV(e - s, bpt), bpt)
+            if len(output_ids) > 1:
+                insert_output(self.tree, request.items, list(output_ids), lambda s, e: SizedKV(e - s, bpt), bpt)
         finally:
-            release(self.tree, end)
-        return plan.usage.with_completion(len(output_ids))
+            release(self.tree, request.end)
+        return request.usage.with_completion(len(output_ids))
 
     def check_integrity(self) -> None:
         self.tree.check_integrity()

@@ -24,6 +24,14 @@ The order of step 2 (and of host-tier victims) is LRU unless an :class:`Eviction
 ``tree.eviction_order`` (the survival layer, ``engine.survival``, sets one); with none set nothing
 changes. :meth:`RadixTree.swap_out` and :meth:`RadixTree.discard` let that layer move one node.
 
+Victims come from two persistent priority queues (pool and host) of ``(key, uid, node)`` entries
+that every event changing a node's key or state re-queues (touch, unlock, a tier move, a child
+leaving the pool, :meth:`RadixTree.requeue` from the eviction order); a popped entry whose node
+is no longer a candidate or whose key has changed since is stale and skipped. The victim is
+therefore always the candidate with the smallest current ``(key, uid)`` -- what a full scan of
+the tree would pick (``tests/engine/test_radix.py`` checks this against one) -- at a cost of
+``O(log n)`` per event, so a simulator can drive thousands of sessions through the same tree.
+
 The tree is payload-agnostic (``engine.kvstore``): the dry run uses sizes only and makes exactly
 the same decisions. Mutations happen only through its methods; ``check_integrity`` verifies
 every structural and accounting invariant.
@@ -119,24 +127,26 @@ class TreeStats:
 
 
 class EvictionOrder(Protocol):
-    """Orders eviction victims: the node with the smallest ``key`` goes first.
+    """Orders eviction victims: the node with the smallest ``key`` goes first (ties: older node).
 
-    ``prepare(tree)`` is called once at the start of every eviction pass (before any ``key``), so
-    an implementation can precompute per-node data; ``key`` must not mutate the tree. Keys of one
-    pass must be mutually comparable.
+    ``key`` must not mutate the tree, keys must be mutually comparable, and a node's key may
+    depend only on the node's own fields and on state the order owns: when that state changes a
+    node's key, the order calls ``tree.requeue(node)`` (the tree requeues on its own changes,
+    such as ``last_access``). ``split(head, tail)`` is called when the tree splits ``tail``'s edge
+    and inserts ``head`` above it: whatever the order knew of the node now holds for both.
     """
-
-    def prepare(self, tree: RadixTree) -> None: ...
 
     def key(self, node: Node) -> Any: ...
 
-
-def _lru_key(node: Node) -> int:
-    return node.last_access
+    def split(self, head: Node, tail: Node) -> None: ...
 
 
 def _count_tokens(items: Sequence[Item]) -> int:
     return sum(1 for it in items if isinstance(it, int))
+
+
+def _count_drops(items: Sequence[Item]) -> int:
+    return sum(1 for it in items if isinstance(it, Drop))
 
 
 class RadixTree:
@@ -157,7 +167,21 @@ class RadixTree:
         self.host_used = 0
         self.clock = 0
         self.stats = TreeStats()
-        self.eviction_order: EvictionOrder | None = None  # None: LRU (see the module docstring)
+        self._order: EvictionOrder | None = None  # None: LRU (see the module docstring)
+        self._drops = 0  # Drop items on the tree's edges (none: nothing for drop-aware freeing to find)
+        self._pool_queue: list[tuple[Any, int, Node]] = []  # eviction candidates (and stale entries)
+        self._host_queue: list[tuple[Any, int, Node]] = []  # host-tier victims (and stale entries)
+        self._compact_at = 4096
+
+    @property
+    def eviction_order(self) -> EvictionOrder | None:
+        """The order of eviction victims (``None``: LRU); setting it re-queues every node."""
+        return self._order
+
+    @eviction_order.setter
+    def eviction_order(self, order: EvictionOrder | None) -> None:
+        self._order = order
+        self.rebuild_queues()
 
     # ------------------------------------------------------------------ lookup and insertion
 
@@ -194,7 +218,10 @@ class RadixTree:
             assert payload.n_tokens == n, f"payload holds {payload.n_tokens} tokens, edge has {n}"
             node.payload, node.state = payload, KVState.RESIDENT
             self.pool_used += payload.nbytes
+        if n != len(items):
+            self._drops += _count_drops(items)
         parent.children[items[0]] = node
+        self.requeue(node)
         return node
 
     def fill(self, node: Node, payload: Payload) -> None:
@@ -202,6 +229,7 @@ class RadixTree:
         assert node.state is KVState.ABSENT and node.n_tokens == payload.n_tokens > 0
         node.payload, node.state = payload, KVState.RESIDENT
         self.pool_used += payload.nbytes
+        self.requeue(node)
 
     def split_at_token(self, node: Node, offset: int) -> Node:
         """Split ``node`` before its ``offset``-th token (0 < offset < n_tokens); returns the prefix node."""
@@ -239,6 +267,10 @@ class RadixTree:
         parent.children[head_items[0]] = head
         head.children[tail_items[0]] = node
         node.parent = head
+        if self._order is not None:
+            self._order.split(head, node)
+        self.requeue(head)
+        self.requeue(node)
         return head
 
     # ------------------------------------------------------------------ locks and recency
@@ -255,6 +287,8 @@ class RadixTree:
         while n is not None and n is not self.root:
             assert n.lock > 0, f"unlock of unlocked {n}"
             n.lock -= 1
+            if n.lock == 0:
+                self.requeue(n)
             n = n.parent
 
     def touch(self, node: Node) -> None:
@@ -263,6 +297,8 @@ class RadixTree:
         n: Node | None = node
         while n is not None and n is not self.root:
             n.last_access = self.clock
+            if n.lock == 0:  # a locked node is re-queued when it is unlocked
+                self.requeue(n)
             n = n.parent
 
     # ------------------------------------------------------------------ tiers
@@ -279,6 +315,7 @@ class RadixTree:
         self.pool_used += size
         self.stats.swap_ins += 1
         self.stats.swap_in_bytes += size
+        self.requeue(node)
         return True
 
     def _swap_out(self, node: Node) -> None:
@@ -290,6 +327,9 @@ class RadixTree:
         self.host_used += size
         self.stats.swap_outs += 1
         self.stats.swap_out_bytes += size
+        self.requeue(node)
+        if node.parent is not None:
+            self.requeue(node.parent)  # it may have no resident child left
 
     def _discard(self, node: Node) -> None:
         """Forget a node's KV; remove the node (and newly childless ABSENT ancestors) when it is a leaf."""
@@ -304,6 +344,8 @@ class RadixTree:
         node.payload = None
         if node.n_tokens:
             node.state = KVState.ABSENT
+        if node.parent is not None:
+            self.requeue(node.parent)  # it may have no resident child left
         self._prune(node)
 
     def _prune(self, node: Node) -> None:
@@ -314,6 +356,8 @@ class RadixTree:
             assert parent is not None
             del parent.children[n.items[0]]
             n.parent = None
+            if n.n_tokens != len(n.items):
+                self._drops -= _count_drops(n.items)
             n = parent
 
     # ------------------------------------------------------------------ eviction
@@ -323,25 +367,52 @@ class RadixTree:
         if self.pool_used + nbytes <= self.pool_bytes:
             return True
         self.free_dropped()
-        order = self.eviction_order
-        if order is not None:
-            order.prepare(self)
-        key = order.key if order is not None else _lru_key
-        heap = [(key(n), n.uid, n) for n in self.nodes() if self._evictable(n)]
-        heapq.heapify(heap)
-        while self.pool_used + nbytes > self.pool_bytes and heap:
-            _, _, node = heapq.heappop(heap)
-            if not self._evictable(node):
-                continue
+        while self.pool_used + nbytes > self.pool_bytes:
+            node = self._pop(self._pool_queue, self._evictable)
+            if node is None:
+                break
             size = node.payload.nbytes if node.payload is not None else 0
-            parent = node.parent
             if self.host_bytes >= size and self._make_host_room(size):
                 self._swap_out(node)
             else:
                 self._discard(node)
-            if parent is not None and self._evictable(parent):
-                heapq.heappush(heap, (key(parent), parent.uid, parent))
         return self.pool_used + nbytes <= self.pool_bytes
+
+    # ------------------------------------------------------------------ victim queues
+
+    def _key(self, node: Node) -> Any:
+        return node.last_access if self._order is None else self._order.key(node)
+
+    def requeue(self, node: Node) -> None:
+        """Queue ``node`` under its current eviction key (call when its key may have changed)."""
+        if node.parent is None or node.n_tokens == 0 or node.state is KVState.ABSENT:
+            return
+        queue = self._pool_queue if node.state is KVState.RESIDENT else self._host_queue
+        heapq.heappush(queue, (self._key(node), node.uid, node))
+        if len(queue) > self._compact_at:
+            self.rebuild_queues()
+
+    def rebuild_queues(self) -> None:
+        """Drop every stale entry: re-queue the tree's nodes from scratch."""
+        self._pool_queue, self._host_queue = [], []
+        for n in self.nodes():
+            if n.n_tokens and n.state is not KVState.ABSENT:
+                queue = self._pool_queue if n.state is KVState.RESIDENT else self._host_queue
+                queue.append((self._key(n), n.uid, n))
+        heapq.heapify(self._pool_queue)
+        heapq.heapify(self._host_queue)
+        self._compact_at = max(4096, 4 * (len(self._pool_queue) + len(self._host_queue)))
+
+    def _pop(self, queue: list[tuple[Any, int, Node]], candidate: Any) -> Node | None:
+        """Pop the candidate with the smallest current (key, uid), skipping stale entries."""
+        while queue:
+            key, _, node = heapq.heappop(queue)
+            if candidate(node) and key == self._key(node):
+                return node
+        return None
+
+    def _host_victim(self, node: Node) -> bool:
+        return node.parent is not None and node.lock == 0 and node.state is KVState.HOST
 
     def _evictable(self, node: Node) -> bool:
         return (node is not self.root and node.parent is not None and node.lock == 0
@@ -357,8 +428,6 @@ class RadixTree:
         size = node.payload.nbytes
         if self.host_bytes < size:
             return False
-        if self.eviction_order is not None:
-            self.eviction_order.prepare(self)
         if not self._make_host_room(size):
             return False
         self._swap_out(node)
@@ -374,16 +443,12 @@ class RadixTree:
         return n
 
     def _make_host_room(self, nbytes: int) -> bool:
-        if self.host_used + nbytes <= self.host_bytes:
-            return True
-        order = self.eviction_order
-        victims = sorted((n for n in self.nodes() if n.state is KVState.HOST and n.lock == 0),
-                         key=(lambda n: (n.last_access, n.uid)) if order is None else (lambda n: (order.key(n), n.uid)))
-        for v in victims:
-            if self.host_used + nbytes <= self.host_bytes:
-                break
-            self._discard(v)
-        return self.host_used + nbytes <= self.host_bytes
+        while self.host_used + nbytes > self.host_bytes:
+            victim = self._pop(self._host_queue, self._host_victim)
+            if victim is None:
+                return False
+            self._discard(victim)
+        return True
 
     def dead_ranges(self) -> dict[int, tuple[tuple[int, int], ...]]:
         """Per node uid, the token ranges of its edge that every path below it drops."""
@@ -407,6 +472,8 @@ class RadixTree:
 
     def free_dropped(self) -> int:
         """Drop-aware eviction: free KV that every continuation has dropped; returns tokens freed."""
+        if not self._drops:
+            return 0
         dead = self.dead_ranges()
         targets = [n for n in self.nodes() if n.uid in dead and n.lock == 0
                    and n.state is not KVState.ABSENT]
@@ -438,6 +505,8 @@ class RadixTree:
             self.host_used -= size
         node.payload = None
         node.state = KVState.ABSENT
+        if node.parent is not None:
+            self.requeue(node.parent)
         self._prune(node)
 
     # ------------------------------------------------------------------ inspection
@@ -477,6 +546,13 @@ class RadixTree:
             for key, c in n.children.items():
                 assert c.items and c.items[0] == key, f"child key {key!r} does not start {c}"
                 stack.append(c)
+        drops = sum(_count_drops(n.items) for n in self.nodes())
+        assert drops == self._drops, f"drop count {self._drops} != {drops}"
+        pool_q = {uid for key, uid, n in self._pool_queue if n.parent is not None and key == self._key(n)}
+        host_q = {uid for key, uid, n in self._host_queue if n.parent is not None and key == self._key(n)}
+        for n in self.nodes():  # every candidate is queued under its current key
+            assert not self._evictable(n) or n.uid in pool_q, f"{n} is not queued for eviction"
+            assert not self._host_victim(n) or n.uid in host_q, f"{n} is not queued as a host victim"
         assert pool == self.pool_used, f"pool accounting {self.pool_used} != {pool}"
         assert host == self.host_used, f"host accounting {self.host_used} != {host}"
         assert self.pool_used <= self.pool_bytes, f"pool over budget: {self.pool_used} > {self.pool_bytes}"

@@ -1,9 +1,9 @@
 """What the survival manager needs from where KV lives, and the records it keeps.
 
-:class:`MemoryBackend` is implemented by the radix tree (``engine.survival.tree.TreeBackend``) and
-by the simulator's pool model (``evals.workload.simpool.SimPool``); the manager's logic is the
-same over both. The dataclasses here are the manager's records: a paused session, what a resumed
-session found, and counters.
+:class:`MemoryBackend` is implemented by the radix tree (``engine.survival.tree.TreeBackend``),
+which the engine and the workload simulator (a tree with sizes-only payloads) both use. The
+dataclasses here are the manager's records: a paused session, what a resumed session found, and
+counters.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ session pauses on a tool (:meth:`SurvivalManager.pause`), when its tool returns
 (:meth:`~SurvivalManager.resume`) and when it ends (:meth:`~SurvivalManager.finish`), and calls
 :meth:`~SurvivalManager.tick` now and then so that expired decisions are revisited. The manager
 builds a :class:`~engine.survival.types.SurvivalRequest`, asks the policy, and applies the answer
-through a :class:`MemoryBackend`: the radix tree (``engine.survival.tree.TreeBackend``) or the
-simulator's pool model. Backends ask :meth:`~SurvivalManager.order` for each session's eviction
-rank, so "evict in survival-score order" is the same code in the engine and in the simulator.
+through a :class:`MemoryBackend` (the radix tree's ``engine.survival.tree.TreeBackend``, in the
+engine and in the workload simulator alike), which it tells when a session's eviction rank may
+have changed (``changed``); backends ask :meth:`~SurvivalManager.order` for the rank.
 
 It never touches KV itself and never sleeps; time is whatever ``now`` the caller passes.
 """
@@ -192,6 +192,11 @@ class SurvivalManager:
     @property
     def paused(self) -> Mapping[str, Paused]:
         return self._paused
+
+    def tracked(self, session: str) -> Paused | None:
+        """The record of ``session`` while backends track its KV: paused, or resumed and waiting
+        for admission (``None`` otherwise)."""
+        return self._paused.get(session) or self._ready.get(session)
 
     def __iter__(self) -> Iterator[Paused]:
         """Paused sessions, then resumed ones waiting for admission (whose KV backends still track)."""

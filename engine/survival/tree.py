@@ -5,6 +5,8 @@ history's items too, so that when eviction prunes the end node from the tree the
 the deepest node still stored for it. Nodes on several paused sessions'
 paths (a shared system prompt, a forked prefix) take the highest rank among those sessions, so
 shared KV is evicted last (KVFlow's rule: a shared prefix node takes the best of its users).
+Ranks are kept per node and updated when the manager reports a change, so eviction costs
+``O(log n)`` per victim whatever the number of paused sessions.
 Explicit SWAP / DISCARD act bottom-up on the session's *exclusive* nodes: those on no other
 paused session's path and not locked by a running request. Nodes off every paused path (ended
 sessions, generated branches nobody resent) rank lowest and go first, by LRU.
@@ -48,6 +50,12 @@ class TreeHandle:
 class TreeBackend:
     """Survival backend over an engine's (or a dry-run accountant's) radix tree.
 
+    It keeps, for every node on a tracked session's path (paused, or resumed and waiting for
+    admission), the sessions using it and the best of their eviction ranks; the manager's
+    :meth:`changed` calls update them and re-queue the nodes whose key changed, so the tree never
+    rescans. A session's path is taken when it changes (a pause, a decision, a resume); nodes the
+    tree splits off it later stay on it.
+
     Args:
         tree: the radix tree.
         bytes_per_token: KV bytes of one token.
@@ -57,19 +65,54 @@ class TreeBackend:
         self.tree = tree
         self.bytes_per_token = bytes_per_token
         self.manager: SurvivalManager | None = None
-        self._rank: dict[int, tuple[int, float]] = {}
+        self._paths: dict[str, list[Node]] = {}  # tracked session -> its nodes (bottom first, then split heads)
+        self._users: dict[Node, dict[str, tuple[int, float]]] = {}  # node -> {session: its rank}
+        self._best: dict[Node, tuple[int, float]] = {}  # node -> the highest rank of its users
 
     def attach(self, manager: SurvivalManager) -> None:
         self.manager = manager
         self.tree.eviction_order = self
+        for p in manager:
+            self.changed(p.session)
 
     def changed(self, session: str) -> None:
-        """Nothing to do: ranks are recomputed at the start of every eviction pass."""
+        """``session``'s rank or state may have changed: re-register its path with its rank now."""
+        for node in self._paths.pop(session, ()):
+            users = self._users.get(node)
+            if users is None or session not in users:
+                continue
+            rank = users.pop(session)
+            if not users:
+                del self._users[node]
+            if rank == self._best.get(node):
+                self._set_best(node, max(users.values()) if users else None)
+        p = self.manager.tracked(session) if self.manager is not None else None
+        if p is None:
+            return
+        assert self.manager is not None
+        rank = self.manager.order(session)
+        path = path_of(self.node(p.handle))
+        self._paths[session] = path
+        for node in path:
+            self._users.setdefault(node, {})[session] = rank
+            best = self._best.get(node)
+            if best is None or rank > best:
+                self._set_best(node, rank)
+
+    def _set_best(self, node: Node, rank: tuple[int, float] | None) -> None:
+        if self._best.get(node) == rank:
+            return
+        if rank is None:
+            self._best.pop(node, None)
+        else:
+            self._best[node] = rank
+        self.tree.requeue(node)
 
     def detach(self) -> None:
         if self.tree.eviction_order is self:
             self.tree.eviction_order = None
         self.manager = None
+        self._paths, self._users, self._best = {}, {}, {}
 
     def handle_for(self, items: Sequence[Item]) -> TreeHandle:
         """A handle on ``items`` as stored (the deepest node of their longest stored prefix)."""
@@ -86,20 +129,17 @@ class TreeBackend:
 
     # ------------------------------------------------------------------ EvictionOrder
 
-    def prepare(self, tree: RadixTree) -> None:
-        self._rank = {}
-        if self.manager is None:
-            return
-        for p in self.manager:
-            r = self.manager.order(p.session)
-            for node in path_of(self.node(p.handle)):
-                old = self._rank.get(node.uid)
-                if old is None or r > old:
-                    self._rank[node.uid] = r
-
     def key(self, node: Node) -> tuple[int, float, int]:
-        rank, score = self._rank.get(node.uid, (0, 0.0))
+        rank, score = self._best.get(node, (0, 0.0))
         return (rank, score, node.last_access)
+
+    def split(self, head: Node, tail: Node) -> None:
+        users = self._users.get(tail)
+        if users:
+            self._users[head] = dict(users)
+            self._best[head] = self._best[tail]
+            for s in users:
+                self._paths[s].append(head)
 
     # ------------------------------------------------------------------ session operations
 
@@ -113,14 +153,11 @@ class TreeBackend:
         return Footprint(resident, host)
 
     def _exclusive(self, session: str, handle: TreeHandle) -> list[Node]:
-        shared: set[int] = set()
-        if self.manager is not None:
-            for p in self.manager:
-                if p.session != session:
-                    shared.update(n.uid for n in path_of(self.node(p.handle)))
+        """The session's nodes, bottom up, until one another tracked session uses or a request holds."""
         out = []
         for node in path_of(self.node(handle)):
-            if node.uid in shared or node.lock:
+            users = self._users.get(node, {})
+            if node.lock or len(users) > (session in users):
                 break
             out.append(node)
         return out
@@ -147,7 +184,19 @@ class TreeBackend:
         return PoolState(t.pool_bytes, t.pool_used, t.host_bytes, t.host_used)
 
     def check_integrity(self) -> None:
+        """The tree's invariants, the manager's, and the ranks against a recount from scratch."""
         self.tree.check_integrity()
-        if self.manager is not None:
-            assert self.tree.eviction_order is self, "the tree's eviction order is not this backend"
-            self.manager.check_integrity()
+        if self.manager is None:
+            return
+        assert self.tree.eviction_order is self, "the tree's eviction order is not this backend"
+        self.manager.check_integrity()
+        tracked = {p.session for p in self.manager}
+        assert set(self._paths) == tracked, f"registered {sorted(self._paths)} != tracked {sorted(tracked)}"
+        best: dict[Node, tuple[int, float]] = {}
+        for p in self.manager:
+            r = self.manager.order(p.session)
+            for node in path_of(self.node(p.handle)):
+                if node not in best or r > best[node]:
+                    best[node] = r
+        for node in self.tree.nodes():
+            assert self._best.get(node) == best.get(node), f"{node}: rank {self._best.get(node)} != {best.get(node)}"

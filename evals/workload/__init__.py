@@ -3,10 +3,11 @@
 Public surface (the search loop and outside checks rely on these names)::
 
     from evals.workload import generate_trace, save_trace, load_trace, import_recorded_file
-    from evals.workload import replay, ReplayConfig, simulate, SimConfig, calibrate
+    from evals.workload import replay, ReplayConfig, simulate, SimConfig, calibrate, load_calibration
     trace = generate_trace("tool-heavy", sessions=8, seed=0)        # or "memory-tight"
     r = replay(trace, "ttl", ReplayConfig(model="tiny-random"))    # real engine, wall clock
-    m = simulate(trace, {"name": "min_waste", "params": {}})       # model clock, cluster scale
+    cal = calibrate(engine)                                        # this machine's speeds and template ids
+    m = simulate(trace, {"name": "min_waste", "params": {}}, SimConfig(calibration=cal))  # model clock
     m["jct_mean_s"], m["jct_p95_s"], m["resume_ttft_p50_s"], m["resume_ttft_p95_s"],
     m["recompute_tokens"], m["peak_pool_bytes"]
 
@@ -15,10 +16,12 @@ CLI: ``python -m evals.workload.cli`` (``add_parser`` registers ``akv workload``
 ``evals.workload.importer``; docs/survival.md explains policies, simulator and calibration.
 """
 
-from evals.workload.calibrate import Calibration, TemplateTokens, calibrate, default_calibration, load_calibration
+from evals.workload.calibrate import calibrate
+from evals.workload.calibration import Calibration, Timing, default_calibration, load_calibration
+from evals.workload.chat import ChatTokens
 from evals.workload.generate import KINDS, TOOL_KINDS, ToolKind, WorkloadSpec, generate_trace, get_kind
 from evals.workload.importer import import_recorded, import_recorded_file
-from evals.workload.metrics import METRIC_KEYS
+from evals.workload.metrics import METRIC_KEYS, TOKEN_KEYS
 from evals.workload.replay import ReplayConfig, replay
 from evals.workload.sim import SimConfig, simulate
 from evals.workload.trace import (
@@ -37,12 +40,14 @@ __all__ = [
     "FORMAT",
     "KINDS",
     "METRIC_KEYS",
+    "TOKEN_KEYS",
     "TOOL_KINDS",
     "Calibration",
+    "ChatTokens",
     "ReplayConfig",
     "SessionSpec",
     "SimConfig",
-    "TemplateTokens",
+    "Timing",
     "ToolKind",
     "Trace",
     "TraceHeader",

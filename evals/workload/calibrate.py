@@ -1,109 +1,74 @@
-"""Calibration of the simulator from the real engine: prefill, decode and swap speeds, template sizes.
+"""Measure a calibration (``evals.workload.calibration``) on the local engine: ``akv workload calibrate``.
 
-:func:`calibrate` measures, on the engine it is given:
+:func:`calibrate` times, on an idle engine and one request at a time (so no queueing is absorbed),
+exactly the calls the replay's run loop makes:
 
-- prefill: wall time of ``Engine.start`` (render, plan, prefill, commit) for n new tokens after
-  ``ctx`` stored ones, over a small grid; least squares fit of ``c0 + c1*n + c2*n*(ctx + n)``;
-- decode: wall time of one ``Engine.step`` for batches of 1, 2 and 4; fit of ``d0 + d1*b``; and
-  the time of ``Engine.finish`` (storing the generated KV, releasing locks);
-- swap: the time to move a 256-token payload to the host tier and back (on a CPU-only machine the
-  host tier is the same memory under another budget, so this is bookkeeping, and fast);
-- template: the tokens a chat template adds to the system prompt, the first request and each
-  later turn (the simulator counts prompts without a tokenizer).
+- a request's start (``Engine.start``: render, plan, prefill, commit, decode cache) for ``n`` new
+  tokens after ``ctx`` stored ones, over a grid of both; the stored context is a conversation of
+  the workloads' shape (system prompt, then assistant and tool messages), prefilled untimed;
+- one decode step (``Engine.step``) for each batch size up to ``max_batch``, at a short and a
+  long context, apart for the steps that go on and the last one (no forward pass), and a
+  request's finish (``Engine.finish``);
+- a pool -> host -> pool move of a 256-token payload (on a CPU-only machine the host tier is the
+  same memory under another budget, so this is bookkeeping and fast);
+- the wake-up cost: a request's start after the engine sat idle for 0.2 s, minus the same start
+  back to back (caches and worker threads go cold while every session waits on a tool).
 
-The result is a :class:`Calibration` (JSON; ``bench/results/survival-calibration-<model>.json``).
-Negative fitted coefficients are refitted without their term, so times never decrease with size.
-:func:`fit_calibration` fits the same model from the per-turn timings a replay recorded
-(``replay(...)["samples"]``): *in-situ* calibration, under the machine's load at that time.
+Noise: every point is the median of ``repeats`` runs after warm-up requests, and the repeats go
+round-robin over the grid, so a burst of load on a shared machine spreads over all points rather
+than spoiling one. The fits (``a + b*n + c*n*p + e*p``, and ``d0 + d1*batch`` plus
+``d2 + d3*forward + d4*context`` for a step with a forward pass)
+minimise *relative* error with non-negative coefficients (a negative one is dropped and the rest
+refitted); each point's residual is stored with the raw medians, and the machine's load average
+before and after. A calibration that looks taken on a busy machine carries ``machine["warnings"]``
+(load average above half the CPUs before the start; the same probe request first and last
+differing by more than 25%; a point more than 25% off the fit), and ``akv workload calibrate``
+does not store it without ``--force``.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import platform
 import statistics
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from engine.engine import Engine
+from engine.engine import Engine, Generation
 from engine.kvstore import TensorKV
 from engine.radix import RadixTree
-from engine.survival import CostModel
+from evals.workload.calibration import Calibration, Timing
+from evals.workload.chat import ChatTokens
 from evals.workload.text import render, vocabulary, word_ids
 from evals.workload.trace import WorkloadError
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+BUSY_LOAD = 0.5
+"""A load average above this many per CPU before the measurement marks the machine as busy."""
+MAX_DRIFT = 0.25
+"""The probe request may change speed by this much between the start and the end."""
+MAX_RESIDUAL = 0.25
+"""No measured point may be further than this from the fit."""
 
 
-@dataclass(frozen=True)
-class TemplateTokens:
-    """Tokens a chat template adds: to the shared system prompt (``system``), to the first request
-    beyond the system part and the task (``first``; ``first_no_system`` without a system prompt),
-    and to each later request beyond the previous output and the new input (``turn``)."""
+def nonneg_fit(x: np.ndarray, y: np.ndarray, relative: bool = True) -> list[float]:
+    """Least squares ``x @ coef ~ y`` with ``coef >= 0`` (a negative coefficient's term is dropped
+    and the rest refitted); ``relative`` weighs each row by ``1 / y`` (relative error).
 
-    system: int = 6
-    first: int = 6
-    first_no_system: int = 7
-    turn: int = 8
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Measured speeds of one model on one machine (see the module docstring)."""
-
-    model: str
-    cost: CostModel
-    template: TemplateTokens = field(default_factory=TemplateTokens)
-    finish_s: float = 0.0
-    points: Mapping[str, Any] = field(default_factory=dict)
-
-    def wire(self) -> dict[str, Any]:
-        return {"model": self.model, "cost": self.cost.wire(), "template": self.template.__dict__,
-                "finish_s": self.finish_s, "points": dict(self.points)}
-
-    @classmethod
-    def from_wire(cls, raw: Any) -> Calibration:
-        if not isinstance(raw, Mapping):
-            raise WorkloadError("a calibration must be a JSON object", field="calibration", value=None)
-        try:
-            return cls(str(raw["model"]), CostModel.from_wire(raw["cost"]), TemplateTokens(**raw["template"]),
-                       float(raw.get("finish_s", 0.0)), dict(raw.get("points", {})))
-        except (KeyError, TypeError, ValueError) as err:
-            raise WorkloadError(f"malformed calibration: {err}", field="calibration", value=None) from err
-
-    def save(self, path: str | Path) -> Path:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.wire(), indent=1) + "\n", encoding="utf-8")
-        return p
-
-
-def load_calibration(path: str | Path) -> Calibration:
-    p = Path(path)
-    if not p.is_file():
-        raise WorkloadError(f"calibration {str(p)!r} does not exist", field="calibration", value=str(p))
-    try:
-        return Calibration.from_wire(json.loads(p.read_text(encoding="utf-8")))
-    except json.JSONDecodeError as err:
-        raise WorkloadError(f"calibration {str(p)!r} is not JSON: {err.msg}", field="calibration",
-                            value=str(p)) from None
-
-
-def default_calibration(model: str = "gemma-3-270m") -> Calibration:
-    """The stored calibration of ``model`` on this machine, or figures from MEASURED.md (labelled)."""
-    p = RESULTS / f"survival-calibration-{model}.json"
-    if p.is_file():
-        return load_calibration(p)
-    return Calibration(model, CostModel())
-
-
-def _fit(x: np.ndarray, y: np.ndarray) -> list[float]:
-    """Least squares with non-negative coefficients (drop a negative term and refit)."""
+    Raises:
+        WorkloadError: fewer rows than columns, or a non-positive ``y`` with ``relative``.
+    """
+    if x.shape[0] < x.shape[1]:
+        raise WorkloadError(f"a fit of {x.shape[1]} coefficients needs at least as many points, got {x.shape[0]}",
+                            field="points", value=x.shape[0])
+    if relative:
+        if (y <= 0).any():
+            raise WorkloadError("a relative fit needs positive times", field="points", value=float(y.min()))
+        x, y = x / y[:, None], np.ones_like(y)
     cols = list(range(x.shape[1]))
     while True:
         coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
@@ -113,115 +78,227 @@ def _fit(x: np.ndarray, y: np.ndarray) -> list[float]:
             for c, v in zip(cols, coef):
                 out[c] = max(0.0, float(v))
             return out
-        cols.remove(bad[-1])
+        worst = min(bad, key=lambda c: coef[cols.index(c)])
+        cols.remove(worst)
 
 
-def _msg(role: str, seed: int, n: int, vocab: tuple[str, ...]) -> dict[str, Any]:
-    return {"role": role, "content": render(word_ids(seed, 0, role, n, 0.0), vocab)}
+def _sync(engine: Engine) -> None:
+    if engine.model.device.type == "cuda":
+        torch.cuda.synchronize()
 
 
-def _template(engine: Engine, vocab: tuple[str, ...]) -> TemplateTokens:
-    def count(messages: list[dict[str, Any]]) -> int:
-        return sum(1 for it in engine.layout(messages).items if isinstance(it, int))
-
-    sys_msg, user = _msg("system", 1, 10, vocab), _msg("user", 2, 10, vocab)
-    asst, tool = _msg("assistant", 3, 10, vocab), {**_msg("tool", 4, 10, vocab), "name": "python"}
-    system = len(engine.render([sys_msg]).token_ids) - 10
-    first = count([sys_msg, user]) - (10 + system) - 10
-    first_no = count([user]) - 10
-    turn = count([sys_msg, user, asst, tool]) - count([sys_msg, user]) - 20
-    return TemplateTokens(system, first, first_no, turn)
+def _timed(engine: Engine, fn: Callable[[], Any]) -> tuple[Any, float]:
+    _sync(engine)
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(engine)
+    return out, time.perf_counter() - t0
 
 
-def fit_calibration(engine: Engine, samples: Mapping[str, Any]) -> Calibration:
-    """Fit prefill, decode and finish times from a replay's recorded ``samples`` (see the module
-    docstring); the template sizes and swap bandwidth are measured on ``engine`` as in :func:`calibrate`.
+class _Words:
+    """Fresh synthetic messages (never repeated, so nothing matches beyond what is meant to)."""
 
-    Raises:
-        WorkloadError: too few samples to fit.
-    """
-    pre, dec, fin = samples.get("prefill") or [], samples.get("decode") or [], samples.get("finish") or []
-    if len(pre) < 3 or len({b for b, _ in dec}) < 1:
-        raise WorkloadError("fit_calibration: a replay with at least 3 turns is needed", field="samples",
-                            value=len(pre))
-    prefill = _fit(np.asarray([[1.0, c, c * p] for c, p, _ in pre], dtype=float),
-                   np.asarray([t for *_, t in pre], dtype=float))
-    decode = _fit(np.asarray([[1.0, b] for b, _ in dec], dtype=float), np.asarray([t for _, t in dec], dtype=float))
-    cost = CostModel((prefill[0], prefill[1], prefill[2]), (decode[0], decode[1]), _swap_bandwidth(engine),
-                     engine.geometry.bytes_per_token,
-                     f"measured in-situ: {engine.name}, fitted on {len(pre)} prefills and {len(dec)} decode steps of "
-                     f"a replay, {time.strftime('%Y-%m-%d')}")
-    return Calibration(engine.name, cost, _template(engine, vocabulary(engine.tokenizer)),
-                       statistics.median(fin) if fin else 0.0,
-                       {"prefill_samples": len(pre), "decode_samples": len(dec)})
+    def __init__(self, vocab: tuple[str, ...]) -> None:
+        self.vocab = vocab
+        self.seed = 10_000
+
+    def message(self, role: str, n: int, **extra: Any) -> dict[str, Any]:
+        self.seed += 1
+        return {"role": role, "content": render(word_ids(self.seed, 0, role, n, 0.0), self.vocab), **extra}
+
+    def conversation(self, n: int) -> list[dict[str, Any]]:
+        """About ``n`` tokens of a workload-shaped history: a system prompt, then alternating
+        assistant messages and tool outputs (the first turn's user message included)."""
+        out = [self.message("system", min(64, n)), self.message("user", 32)]
+        left = n - 96
+        while left > 0:
+            out.append(self.message("assistant", min(16, left)))
+            out.append(self.message("tool", min(112, max(1, left - 16)), name="python"))
+            left -= 128
+        return out
 
 
-def calibrate(engine: Engine, *, quick: bool = False, repeats: int = 3) -> Calibration:
-    """Measure ``engine`` (its tree is replaced during the measurement and restored after)."""
-    vocab = vocabulary(engine.tokenizer)
-    saved, saved_stop = engine.tree, engine.stop_ids
-    engine.tree, engine.stop_ids = RadixTree(1 << 40, 1 << 40), set()
-    seed = 1000
-    try:
-        engine.chat([_msg("user", 999, 32, vocab)], max_tokens=2)  # warm up
-        rows, times = [], []
-        for ctx in ((0, 256) if quick else (0, 512, 1024)):
-            for n in ((32, 128) if quick else (32, 128, 512)):
-                point = []
-                for _ in range(repeats):
-                    seed += 1
-                    base = [_msg("system", seed, ctx, vocab)] if ctx else []
-                    if base:
-                        engine.prefill(base)
-                    messages = [*base, _msg("user", seed, n, vocab)]
-                    t0 = time.perf_counter()
-                    g = engine.start(messages, max_tokens=1)
-                    point.append(time.perf_counter() - t0)
-                    engine.finish(g)
-                computed, prompt = g.usage.prefill_tokens, g.usage.prompt_tokens
-                rows.append([1.0, computed, computed * prompt])
-                times.append(statistics.median(point))  # robust to a busy machine
-        prefill = _fit(np.asarray(rows), np.asarray(times))
-        steps, finishes = [], []
-        for b in (1, 2, 4):
-            gens = []
-            for _ in range(b):
-                seed += 1
-                gens.append(engine.start([_msg("user", seed, 48, vocab)], max_tokens=6))
-            engine.step(gens)  # the first step samples from the prefill's state
-            per = []
-            while not all(g.done for g in gens):
-                t0 = time.perf_counter()
-                engine.step(gens)
-                per.append(time.perf_counter() - t0)
-            for g in gens:
-                t0 = time.perf_counter()
+def _prefill_points(engine: Engine, words: _Words, contexts: Sequence[int], sizes: Sequence[int],
+                    repeats: int) -> list[dict[str, Any]]:
+    bases = {}
+    for ctx in contexts:
+        base = words.conversation(ctx) if ctx else []
+        if base:
+            engine.prefill(base)
+        bases[ctx] = base
+    raw: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
+    for _ in range(repeats):
+        for ctx in contexts:
+            for n in sizes:
+                messages = [*bases[ctx], words.message("user", n)]
+                g, dt = _timed(engine, partial(engine.start, messages, max_tokens=1))
                 engine.finish(g)
-                finishes.append(time.perf_counter() - t0)
-            steps.append((b, statistics.median(per)))
-        decode = _fit(np.asarray([[1.0, b] for b, _ in steps]), np.asarray([t for _, t in steps]))
-        swap_bw = _swap_bandwidth(engine)
-    finally:
-        engine.tree, engine.stop_ids = saved, saved_stop
-    cost = CostModel((prefill[0], prefill[1], prefill[2]), (decode[0], decode[1]), swap_bw,
-                     engine.geometry.bytes_per_token,
-                     f"measured: {engine.name}, {torch.get_num_threads()} threads, {time.strftime('%Y-%m-%d')}")
-    points = {"prefill": [[r[1], r[2] / max(1, r[1]) - r[1], t] for r, t in zip(rows, times)],
-              "decode": [[b, t] for b, t in steps], "swap_bytes_per_s": swap_bw}
-    return Calibration(engine.name, cost, _template(engine, vocab), statistics.median(finishes), points)
+                raw.setdefault((ctx, n), []).append((g.usage.prefill_tokens, g.usage.prompt_tokens, dt))
+    return [{"context": ctx, "new": n, "computed": samples[0][0], "prompt": samples[0][1],
+             "seconds": statistics.median(s[2] for s in samples), "samples": [round(s[2], 6) for s in samples]}
+            for (ctx, n), samples in raw.items()]
 
 
-def _swap_bandwidth(engine: Engine, n: int = 256) -> float:
+def _decode_points(engine: Engine, words: _Words, batches: Sequence[int], contexts: Sequence[int], steps: int,
+                   repeats: int) -> tuple[list[dict[str, Any]], list[float]]:
+    """Decode steps of each batch size at each prompt length: the steps that go on (a forward pass
+    for every sequence) and the last one (every sequence finishes: no forward pass)."""
+    raw: dict[tuple[int, int, bool], list[tuple[int, float]]] = {}
+    finishes: list[float] = []
+    for _ in range(repeats):
+        for ctx in contexts:
+            for b in batches:
+                gens: list[Generation] = [engine.start([words.message("user", ctx)], max_tokens=steps + 1)
+                                          for _ in range(b)]
+                while not all(g.done for g in gens):
+                    last = all(len(g.tokens) + 1 >= g.params.max_tokens for g in gens)
+                    context = 0 if last else sum(g.usage.prompt_tokens + len(g.tokens) for g in gens)
+                    _, dt = _timed(engine, partial(engine.step, gens))
+                    raw.setdefault((ctx, b, last), []).append((context, dt))
+                for g in gens:
+                    _, dt = _timed(engine, partial(engine.finish, g))
+                    finishes.append(dt)
+    points = [{"context": ctx, "batch": b, "forward": 0 if last else b,
+               "context_tokens": int(statistics.median(c for c, _ in s)),
+               "seconds": statistics.median(t for _, t in s), "samples": len(s)} for (ctx, b, last), s in raw.items()]
+    return points, finishes
+
+
+def wake_cost(engine: Engine, words: _Words, repeats: int, idle_s: float = 0.2) -> tuple[float, list[float]]:
+    """Median extra seconds of a 64-token request's start after ``idle_s`` of idleness, over the
+    same start back to back (pairs interleaved; never negative)."""
+    cold: list[float] = []
+    warm: list[float] = []
+    for _ in range(repeats):
+        for after_idle in (False, True):
+            if after_idle:
+                time.sleep(idle_s)
+            g, dt = _timed(engine, partial(engine.start, [words.message("user", 64)], max_tokens=1))
+            engine.finish(g)
+            (cold if after_idle else warm).append(dt)
+    w, c = statistics.median(warm), statistics.median(cold)
+    return max(0.0, c - w), [w, c]
+
+
+def _probe(engine: Engine, words: _Words) -> float:
+    """Median seconds of three 128-token starts: taken first and last, their ratio shows a machine
+    whose speed changed during the measurement."""
+    times = []
+    for _ in range(3):
+        g, dt = _timed(engine, partial(engine.start, [words.message("user", 128)], max_tokens=1))
+        engine.finish(g)
+        times.append(dt)
+    return statistics.median(times)
+
+
+def swap_bandwidth(engine: Engine, n: int = 256, repeats: int = 9) -> float:
+    """Bytes per second of moving an ``n``-token payload pool -> host and back (median of ``repeats``)."""
     g = engine.geometry
-    tree = RadixTree(1 << 40, 1 << 40)
     dev = engine.model.device
-    kv = TensorKV(torch.zeros(g.n_layers, g.n_kv_heads, n, g.head_dim, device=dev, dtype=engine.model.dtype),
-                  torch.zeros(g.n_layers, g.n_kv_heads, n, g.head_dim, device=dev, dtype=engine.model.dtype), str(dev))
+    tree = RadixTree(1 << 40, 1 << 40)
+    shape = (g.n_layers, g.n_kv_heads, n, g.head_dim)
+    kv = TensorKV(torch.zeros(shape, device=dev, dtype=engine.model.dtype),
+                  torch.zeros(shape, device=dev, dtype=engine.model.dtype), str(dev))
     node = tree.extend(tree.root, list(range(n)), kv)
     moves = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        tree.swap_out(node)
-        tree.swap_in(node)
-        moves.append((time.perf_counter() - t0) / 2)
+    for i in range(repeats + 2):
+        _, dt = _timed(engine, lambda: (tree.swap_out(node), tree.swap_in(node)))
+        if i >= 2:  # warm-up
+            moves.append(dt / 2)
     return float(kv.nbytes / max(statistics.median(moves), 1e-9))
+
+
+def _residuals(points: list[dict[str, Any]], predict: Callable[[dict[str, Any]], float]) -> float:
+    worst = 0.0
+    for p in points:
+        p["fit_seconds"] = round(predict(p), 6)
+        p["rel_error"] = round(p["fit_seconds"] / p["seconds"] - 1.0, 4)
+        worst = max(worst, abs(p["rel_error"]))
+    return worst
+
+
+def calibrate(engine: Engine, *, quick: bool = False, repeats: int = 5, max_batch: int = 4,
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Measure ``engine`` (its tree and stop tokens are replaced during the measurement and restored
+    after). ``quick``: a small grid (for tests), not a calibration to keep.
+
+    Raises:
+        WorkloadError: ``repeats`` or ``max_batch`` below 1.
+    """
+    if repeats < 1 or max_batch < 1:
+        raise WorkloadError(f"repeats and max_batch must be >= 1, got {repeats} and {max_batch}",
+                            field="repeats", value=repeats)
+    say = progress or (lambda _msg: None)
+    vocab = vocabulary(engine.tokenizer)
+    words = _Words(vocab)
+    limit = engine.max_context - 64
+    contexts = [c for c in ((0, 256) if quick else (0, 512, 2048)) if c < limit]
+    sizes = [n for n in ((16, 64) if quick else (16, 128, 512)) if n < limit]
+    batches = [b for b in (1, 2, 4, 8, 16) if b <= max_batch]
+    dec_contexts = (32, 256) if quick else (32, 512)
+    t_begin, load_before = time.perf_counter(), _load()
+    saved, saved_stop = engine.tree, engine.stop_ids
+    engine.tree, engine.stop_ids = RadixTree(1 << 40, 1 << 40), set()
+    try:
+        say("warming up")
+        for n in (32, 128):
+            g = engine.start([words.message("user", n)], max_tokens=3)
+            while not g.done:
+                engine.step([g])
+            engine.finish(g)
+        probe_before = _probe(engine, words)
+        say(f"prefill: contexts {contexts} x new tokens {sizes} x {repeats} repeats")
+        pre = _prefill_points(engine, words, contexts, sizes, repeats)
+        say(f"decode: batches {batches} x contexts {list(dec_contexts)} x {repeats} repeats")
+        dec, finishes = _decode_points(engine, words, batches, dec_contexts, 4 if quick else 8, repeats)
+        say("swap bandwidth, wake-up cost")
+        swap = swap_bandwidth(engine)
+        wake, wake_points = wake_cost(engine, words, max(3, repeats))
+        probe_after = _probe(engine, words)
+    finally:
+        engine.tree, engine.stop_ids = saved, saved_stop
+    prefill = nonneg_fit(np.asarray([[1.0, p["computed"], p["computed"] * p["prompt"], p["prompt"]] for p in pre]),
+                         np.asarray([p["seconds"] for p in pre]))
+    y = np.asarray([p["seconds"] for p in dec])
+    if len(batches) > 1:
+        decode = nonneg_fit(np.asarray([[1.0, p["batch"], p["forward"] > 0, p["forward"], p["context_tokens"]]
+                                        for p in dec], dtype=float), y)
+    else:  # one batch size: the per-sequence costs are in the constants
+        d0, d2, d4 = nonneg_fit(np.asarray([[1.0, p["forward"] > 0, p["context_tokens"]] for p in dec], dtype=float), y)
+        decode = [d0, 0.0, d2, 0.0, d4]
+    timing = Timing((prefill[0], prefill[1], prefill[2], prefill[3]),
+                    (decode[0], decode[1], decode[2], decode[3], decode[4]), statistics.median(finishes), swap, wake)
+    pre_err = _residuals(pre, lambda p: timing.t_start(p["computed"], p["prompt"]))
+    dec_err = _residuals(dec, lambda p: timing.t_step(p["batch"], p["forward"], p["context_tokens"]))
+    date = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    dtype, device, threads = str(engine.model.dtype).removeprefix("torch."), str(engine.model.device), \
+        torch.get_num_threads()
+    cpus = os.cpu_count() or 1
+    drift = probe_after / probe_before - 1.0
+    warnings = []
+    if load_before is not None and load_before > BUSY_LOAD * cpus:
+        warnings.append(f"load average {load_before} on {cpus} CPUs before the measurement")
+    if abs(drift) > MAX_DRIFT:
+        warnings.append(f"the same request took {drift:+.0%} longer at the end than at the start")
+    worst = max(pre_err, dec_err)
+    if worst > MAX_RESIDUAL:
+        warnings.append(f"a measured point is {worst:.0%} off the fit")
+    machine = {"measured": True, "dtype": dtype, "device": device, "threads": threads, "date": date,
+               "host": platform.node(), "cpus": cpus, "processor": platform.processor() or platform.machine(),
+               "load_before": load_before, "load_after": _load(), "seconds": round(time.perf_counter() - t_begin, 1),
+               "quick": quick, "repeats": repeats, "probe_s": [round(probe_before, 6), round(probe_after, 6)],
+               "warnings": warnings}
+    source = f"measured: {engine.name} {dtype} on {device}, {threads} threads, {date[:10]}"
+    cost = timing.cost_model(engine.geometry.bytes_per_token, source)
+    points = {"prefill": pre, "decode": dec, "finish_samples": len(finishes), "swap_bytes_per_s": swap,
+              "wake": {"start_warm_s": wake_points[0], "start_after_idle_s": wake_points[1]},
+              "max_rel_error": {"prefill": pre_err, "decode": dec_err}}
+    chat = ChatTokens.from_renderer(engine.renderer, vocab)
+    return Calibration(engine.name, cost, timing, chat, machine, points)
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None

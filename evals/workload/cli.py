@@ -2,12 +2,15 @@
 
     akv workload generate --kind tool-heavy --sessions 8 --out trace.jsonl [--seed 0] [--time-scale 1]
     akv workload import recorded.jsonl --out trace.jsonl
-    akv workload replay trace.jsonl --survival ttl --out r.json [--model gemma-3-270m]
-    akv workload simulate trace.jsonl --survival ttl --out r.json [--calibration cal.json]
+    akv workload replay trace.jsonl --survival ttl --out r.json [--model gemma-3-270m] [--clock wall|model]
+    akv workload simulate trace.jsonl --survival ttl --out r.json [--model M] [--calibration cal.json] [--force]
+    akv workload calibrate --model gemma-3-270m [--out cal.json] [--repeats 5] [--max-batch 4]
 
 ``--survival`` takes a policy name (lru, ttl, min_waste, program_priority, next_ref, intent,
 weighted); ``--params '{"ttl_s": 2}'`` sets its parameters; ``--program FILE`` runs a survival
-program instead. ``add_parser(subparsers)`` registers the ``workload`` command on an existing
+program instead. ``simulate`` uses the stored calibration of ``--model`` (default gemma-3-270m) or
+``--calibration FILE``, and refuses a calibration made for another model unless ``--force``.
+``add_parser(subparsers)`` registers the ``workload`` command on an existing
 ``argparse`` parser (``rsi/cli.py``); ``main(argv)`` serves ``python -m evals.workload.cli``.
 Errors are one line on stderr and exit status 2.
 """
@@ -75,23 +78,54 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from evals.workload.calibrate import load_calibration
+    from evals.workload.calibration import load_calibration
     from evals.workload.replay import ReplayConfig, replay
 
     cal = load_calibration(args.calibration) if args.calibration else None
+    if cal is not None:
+        cal.check_model(args.model, args.force, f"calibration {args.calibration}")
     config = ReplayConfig(model=args.model, pool_tokens=args.pool_tokens, host_tokens=args.host_tokens,
-                          max_batch=args.max_batch, calibration=cal, threads=args.threads)
+                          max_batch=args.max_batch, calibration=cal, threads=args.threads, clock=args.clock)
     return _write(replay(args.trace, _spec(args), config), args.out)
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from evals.workload.calibrate import default_calibration, load_calibration
+    from evals.workload.calibration import default_calibration, load_calibration
     from evals.workload.sim import SimConfig, simulate
 
-    cal = load_calibration(args.calibration) if args.calibration else default_calibration()
+    if args.calibration:
+        cal = load_calibration(args.calibration)
+        cal.check_model(args.model, args.force, f"calibration {args.calibration}")
+    else:
+        cal = default_calibration(args.model)
     config = SimConfig(calibration=cal, pool_tokens=args.pool_tokens, host_tokens=args.host_tokens,
                        max_batch=args.max_batch)
     return _write(simulate(args.trace, _spec(args), config), args.out)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import time
+
+    from engine.engine import Engine
+    from evals.workload.calibrate import calibrate
+    from evals.workload.calibration import stored_path
+    from evals.workload.trace import WorkloadError
+
+    t0 = time.perf_counter()
+    engine = Engine.from_pretrained(args.model, threads=args.threads)
+    cal = calibrate(engine, quick=args.quick, repeats=args.repeats, max_batch=args.max_batch,
+                    progress=lambda msg: print(f"calibrate: {msg}", flush=True))
+    warnings = cal.machine.get("warnings") or []
+    if warnings and not args.force:
+        raise WorkloadError(f"the machine looks busy ({'; '.join(warnings)}): calibration not written; rerun on an "
+                            "idle machine, or pass --force", field="calibration", value=warnings[0])
+    path = cal.save(args.out or stored_path(engine.name))
+    t = cal.timing
+    print(f"wrote {path} in {time.perf_counter() - t0:.0f} s: prefill {1 / (t.prefill[1] + t.prefill[3]):.0f} tok/s "
+          f"from scratch (+{t.prefill[0] * 1e3:.1f} ms a request), decode step {t.t_step(1, 1, 512) * 1e3:.0f} ms "
+          f"(1 sequence, 512 tokens), finish {t.finish_s * 1e3:.1f} ms, swap {t.swap_bytes_per_s / 1e9:.1f} GB/s; "
+          f"worst fit error {max(cal.points['max_rel_error'].values()):.0%}", flush=True)
+    return 0
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -103,7 +137,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool-tokens", type=int, default=None, help="KV pool budget (default: the trace's)")
     p.add_argument("--host-tokens", type=int, default=None, help="host-tier budget (default: the trace's)")
     p.add_argument("--max-batch", type=int, default=4)
-    p.add_argument("--calibration", default=None, help="calibration JSON (default: the stored gemma-3-270m one)")
+    p.add_argument("--model", default="gemma-3-270m", help="the model (the calibration must be made for it)")
+    p.add_argument("--calibration", default=None, help="calibration JSON (default: the stored one of --model)")
+    p.add_argument("--force", action="store_true", help="use a calibration made for another model")
 
 
 def _safe(handler: Any) -> Any:
@@ -122,7 +158,7 @@ def _safe(handler: Any) -> Any:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``workload`` (with ``generate``, ``import``, ``replay``, ``simulate``) on ``subparsers``.
+    """Register ``workload`` (``generate``, ``import``, ``replay``, ``simulate``, ``calibrate``) on ``subparsers``.
 
     Each subcommand sets ``func``: ``args.func(args) -> exit status`` (errors already handled).
     """
@@ -143,12 +179,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     i.set_defaults(func=_safe(_import))
     r = sub.add_parser("replay", help="replay a trace on the real engine (wall clock)")
     _run_options(r)
-    r.add_argument("--model", default="gemma-3-270m")
     r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--clock", choices=("wall", "model"), default="wall",
+                   help="model: run on the calibration's clock, in lockstep with the simulator")
     r.set_defaults(func=_safe(_replay))
-    s = sub.add_parser("simulate", help="simulate a trace (model clock, cluster scale)")
+    s = sub.add_parser("simulate", help="simulate a trace (model clock, no model needed)")
     _run_options(s)
     s.set_defaults(func=_safe(_simulate))
+    c = sub.add_parser("calibrate", help="measure this machine's engine speeds for the simulator")
+    c.add_argument("--model", default="gemma-3-270m")
+    c.add_argument("--out", default=None, help="default: bench/results/survival-calibration-<model>.json")
+    c.add_argument("--repeats", type=int, default=5, help="runs per measured point (their median is kept)")
+    c.add_argument("--max-batch", type=int, default=4, help="largest decode batch measured")
+    c.add_argument("--threads", type=int, default=None)
+    c.add_argument("--quick", action="store_true", help="a small grid (a smoke test, not a calibration to keep)")
+    c.add_argument("--force", action="store_true", help="write the calibration even if the machine looked busy")
+    c.set_defaults(func=_safe(_calibrate))
     return w
 
 

@@ -17,6 +17,11 @@ import numpy as np
 METRIC_KEYS = ("jct_mean_s", "jct_p95_s", "resume_ttft_p50_s", "resume_ttft_p95_s", "recompute_tokens",
                "peak_pool_bytes")
 
+TOKEN_KEYS = ("prefill_tokens", "new_tokens", "recompute_tokens", "evicted_tokens", "host_discarded_tokens",
+              "discarded_tokens", "swap_out_bytes", "swap_in_bytes", "peak_pool_bytes", "turns")
+"""What the memory logic decides, in tokens and bytes: equal in the simulator and the real replay
+whenever both see events in the same order (``evals.workload.sim``)."""
+
 
 def percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None

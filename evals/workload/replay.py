@@ -5,6 +5,10 @@ given), gives it a fresh radix tree with the trace's KV budgets, installs the su
 the policy, and runs the shared loop (``evals.workload.loop``) with the real executor
 (``evals.workload.real``). It returns the same keys as :func:`evals.workload.sim.simulate`.
 The engine's tree and stop tokens are restored afterwards, so a shared engine can be used.
+
+``clock="wall"`` (the default) runs in real time, sleeping through tool gaps; ``clock="model"``
+runs the real engine on the simulator's model clock (no sleeping): events then happen in the
+simulator's order, which is how the conformance test checks that the two agree token for token.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from engine.engine import Engine
 from engine.errors import AKVError
 from engine.radix import RadixTree
 from engine.survival import CostModel, SurvivalManager, TreeBackend
-from evals.workload.calibrate import Calibration, default_calibration
+from evals.workload.calibration import Calibration, default_calibration
+from evals.workload.clock import ModelClock
 from evals.workload.loop import LoopConfig, run_loop
 from evals.workload.real import RealExecutor
-from evals.workload.sim import as_policy, as_trace, failed, resolve_budgets
+from evals.workload.sim import as_policy, as_trace, failed, resolve_budgets, run_details
 from evals.workload.trace import Trace, WorkloadError
 from search_spaces.errors import ProgramFailure
 from search_spaces.sandbox import SandboxLimits
@@ -38,6 +43,7 @@ class ReplayConfig:
             MEASURED.md figures with this engine's bytes per token).
         threads: torch threads when loading the model.
         limits: sandbox limits for program policies.
+        clock: ``"wall"`` (real time) or ``"model"`` (the calibration's timing, as the simulator).
     """
 
     model: str = "gemma-3-270m"
@@ -47,13 +53,25 @@ class ReplayConfig:
     calibration: Calibration | None = None
     threads: int | None = None
     limits: SandboxLimits | None = None
+    clock: str = "wall"
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("wall", "model"):
+            raise WorkloadError(f"clock must be 'wall' or 'model', got {self.clock!r}", field="clock",
+                                value=self.clock)
 
 
-def _cost(config: ReplayConfig, engine: Engine) -> CostModel:
+def _calibration(config: ReplayConfig, engine: Engine) -> Calibration:
+    """The calibration given (or stored for the engine's model); one for another KV size is
+    replaced by MEASURED.md's figures with this engine's bytes per token."""
     cal = config.calibration or default_calibration(engine.name)
     if cal.cost.bytes_per_token != engine.geometry.bytes_per_token:
-        return CostModel(bytes_per_token=engine.geometry.bytes_per_token)
-    return cal.cost
+        if config.clock == "model":
+            raise WorkloadError(f"the calibration's KV bytes per token ({cal.cost.bytes_per_token}) are not the "
+                                f"engine's ({engine.geometry.bytes_per_token})", field="calibration",
+                                value=cal.model)
+        return Calibration.assumed(engine.name, CostModel(bytes_per_token=engine.geometry.bytes_per_token))
+    return cal
 
 
 def replay(trace: Trace | str | Path, policy_spec: Any, config: ReplayConfig | None = None,
@@ -68,19 +86,21 @@ def replay(trace: Trace | str | Path, policy_spec: Any, config: ReplayConfig | N
     tr = as_trace(trace)
     policy, name = as_policy(policy_spec, config.limits)
     try:
+        pool_t, host_t = resolve_budgets(tr, config.pool_tokens, config.host_tokens)
         eng = engine or Engine.from_pretrained(config.model, threads=config.threads)
+        cal = _calibration(config, eng)
     except BaseException:
         policy.close()
         raise
     bpt = eng.geometry.bytes_per_token
-    pool_t, host_t = resolve_budgets(tr, config.pool_tokens, config.host_tokens)
     saved_tree, saved_stop = eng.tree, eng.stop_ids
     eng.tree = RadixTree(min(pool_t * bpt, 1 << 50), host_t * bpt)
     eng.stop_ids = set()  # ignore end-of-sequence: every turn generates its trace's output tokens
     backend = TreeBackend(eng.tree, bpt)
-    manager = SurvivalManager(backend, policy, _cost(config, eng))
+    manager = SurvivalManager(backend, policy, cal.cost)
+    clock = ModelClock(cal.timing, eng.tree.stats) if config.clock == "model" else None
     try:
-        ex = RealExecutor(eng, tr, backend)
+        ex = RealExecutor(eng, tr, backend, clock)
         rec = run_loop(tr, ex, manager, LoopConfig(config.max_batch), eng.tree.pool_bytes)
         backend.check_integrity()
         stats = eng.tree.stats
@@ -95,12 +115,9 @@ def replay(trace: Trace | str | Path, policy_spec: Any, config: ReplayConfig | N
         manager.close()
         backend.detach()
         eng.tree, eng.stop_ids = saved_tree, saved_stop
-    c = manager.counters
     return rec.metrics(pool_t * bpt, {
-        "ok": True, "mode": "replay", "policy": name, "trace_kind": tr.header.kind, "model": eng.name,
-        "pool_bytes": pool_t * bpt, "host_bytes": host_t * bpt,
-        "swap_out_bytes": stats.swap_out_bytes, "swap_in_bytes": stats.swap_in_bytes,
-        "evicted_tokens": stats.evicted_tokens, "policy_calls": c.policy_calls,
-        "policy_seconds": round(c.policy_seconds, 4), "actions": dict(c.actions),
+        "ok": True, "mode": "replay", "clock": config.clock, "policy": name, "trace_kind": tr.header.kind,
+        "model": eng.name, **run_details(stats, manager, pool_t * bpt, host_t * bpt),
+        "overlap_tokens": ex.overlap_tokens, "short_turns": ex.short_turns,
         "samples": {"prefill": ex.prefill_samples, "decode": ex.decode_samples, "finish": ex.finish_samples},
     })

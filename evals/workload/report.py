@@ -3,12 +3,10 @@
     python -m evals.workload.report [--model gemma-3-270m] [--sessions 6] [--time-scale 0.25]
         [--policies lru,ttl,...] [--calibration FILE] [--skip-real] [--cluster-sessions 2000]
 
-Steps: generate a tool-heavy and a memory-tight trace; replay each on the real engine (wall clock)
-under ``lru`` first and fit the simulator's speeds on that replay's own timings (in-situ
-calibration, under the machine's load of the moment; or load ``--calibration``); replay and
-simulate every policy; compute the simulator's prediction error per metric over the policies the
-calibration did not see; then
-simulate cluster-scale traces (thousands of sessions, a GPU-sized pool; *assumed* GPU speeds,
+Steps: generate a tool-heavy and a memory-tight trace; replay every policy on the real engine
+(wall clock) and simulate it with the measured calibration (``--calibration``, default the stored
+one of ``--model``: ``akv workload calibrate``); compute the simulator's prediction error per
+metric; then simulate cluster-scale traces (thousands of sessions, a GPU-sized pool; *assumed* GPU speeds,
 labelled as such). Writes ``bench/results/survival-report.json``, the traces and the calibration
 under ``bench/results/``, and the tables to ``docs/survival-results.md`` (and between the
 ``<!-- results:begin -->`` / ``<!-- results:end -->`` markers of ``docs/survival.md``).
@@ -24,8 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.survival import CostModel
-from evals.workload.calibrate import RESULTS, Calibration, TemplateTokens, fit_calibration, load_calibration
+from evals.workload.calibration import RESULTS, assumed_gpu, default_calibration, load_calibration
 from evals.workload.generate import generate_trace
 from evals.workload.metrics import METRIC_KEYS
 from evals.workload.replay import ReplayConfig, replay
@@ -36,12 +33,7 @@ from search_spaces.survival import SURVIVAL_FAMILIES
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 KINDS = ("tool-heavy", "memory-tight")
 
-# Cluster-scale speeds: NOT measured here (no GPU on this machine). An H100-class GPU serving an
-# 8B model in fp16: ~10k prefill tokens/s, ~25 ms decode steps, 128 KiB of KV per token, PCIe 5.
-GPU_ASSUMED = Calibration("llama-3-8b (assumed)", CostModel(
-    (0.005, 1.0e-4, 2.0e-9), (0.025, 2.0e-4), 25e9, 131_072,
-    "assumed: H100-class GPU, 8B model fp16 (10k prefill tok/s, 25 ms decode step, PCIe 25 GB/s)"),
-    TemplateTokens(6, 6, 7, 8), 0.0005)
+GPU_ASSUMED = assumed_gpu()  # cluster-scale speeds: NOT measured here (stated in its source)
 
 LABELS = {"jct_mean_s": "JCT mean (s)", "jct_p95_s": "JCT p95 (s)", "resume_ttft_p50_s": "resume TTFT p50 (s)",
           "resume_ttft_p95_s": "resume TTFT p95 (s)", "recompute_tokens": "recompute tokens",
@@ -105,10 +97,9 @@ def markdown(report: dict[str, Any]) -> str:
     for kind, noise in report.get("noise", {}).items():
         out.append(f"| {kind}: real engine, lru run again | " + " | ".join(
             "-" if noise.get(k) is None else f"{100 * noise[k]:.0f}%" for k in METRIC_KEYS) + " |")
-    out += ["", "Percentages: mean relative error over the policies the calibration did not see (lru is fitted "
-            "in-situ, so it is left out); *ranks*: share of policy pairs the simulator orders as the real engine "
-            "does. The *lru run again* rows are the real engine's own run-to-run difference on the same trace "
-            "(the machine's noise floor).", ""]
+    out += ["", "Percentages: mean relative error over the policies; *ranks*: share of policy pairs the "
+            "simulator orders as the real engine does. The *lru run again* rows are the real engine's own "
+            "run-to-run difference on the same trace (the machine's noise floor).", ""]
     if report.get("cluster"):
         c = report["cluster"]
         out += [f"## Simulated at cluster scale ({c['sessions']} sessions arriving at {c['arrival_rate_per_s']}/s, "
@@ -145,7 +136,7 @@ def noise(args: argparse.Namespace, report: dict[str, Any], engine: Any) -> dict
         first = report["traces"][kind]["policies"]["lru"]["real"]
         trace = generate_trace(kind, report["sessions"], args.seed, report["time_scale"],
                                token_scale=report["token_scale"])
-        cal = Calibration.from_wire(report["calibrations"][kind])
+        cal = load_calibration(args.calibration) if args.calibration else default_calibration(report["model"])
         diffs: dict[str, list[float]] = {k: [] for k in METRIC_KEYS}
         for _ in range(args.repeat_lru):
             again = replay(trace, "lru", ReplayConfig(calibration=cal, max_batch=args.max_batch), engine=engine)
@@ -174,17 +165,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return prev
     t0 = time.perf_counter()
     policies = [p for p in args.policies.split(",") if p] if args.policies else list(SURVIVAL_FAMILIES)
-    if "lru" in policies:  # lru runs first: in-situ calibration is fitted on its replay
-        policies = ["lru", *[p for p in policies if p != "lru"]]
     engine = None
     if not args.skip_real:
         from engine.engine import Engine
 
         engine = Engine.from_pretrained(args.model, threads=args.threads)
-    fixed = load_calibration(args.calibration) if args.calibration else None
-    if fixed is None and (engine is None or "lru" not in policies):
-        raise SystemExit("without --calibration the report fits one in-situ on the real lru replay: "
-                         "run the real engine and include lru")
+    cal = load_calibration(args.calibration) if args.calibration else default_calibration(args.model)
+    cal.check_model(args.model)
     report: dict[str, Any] = {"model": args.model, "sessions": args.sessions, "time_scale": args.time_scale,
                               "token_scale": args.token_scale, "policies": policies, "traces": {}, "errors": {},
                               "calibrations": {},
@@ -193,28 +180,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         trace = generate_trace(kind, args.sessions, args.seed, args.time_scale, token_scale=args.token_scale)
         save_trace(trace, RESULTS / "traces" / f"{kind}-{args.sessions}.jsonl")
         rows: dict[str, Any] = {}
-        cal = fixed
         for name in policies:
             real = None
             if engine is not None:
                 real = replay(trace, name, ReplayConfig(calibration=cal, max_batch=args.max_batch), engine=engine)
-                if cal is None:
-                    cal = fit_calibration(engine, real["samples"])
-                    if kind == KINDS[0]:
-                        cal.save(RESULTS / f"survival-calibration-{engine.name}.json")
                 real = {k: v for k, v in real.items() if k != "samples"}
-            assert cal is not None
             sim = simulate(trace, name, SimConfig(calibration=cal, max_batch=args.max_batch))
             rows[name] = {"real": real, "sim": sim}
             print(f"{kind:13s} {name:17s} " + " ".join(
                 f"{k}={_fmt(k, real.get(k) if real else None)}/{_fmt(k, sim.get(k))}" for k in METRIC_KEYS), flush=True)
-        assert cal is not None
-        report["calibrations"][kind] = cal.wire()
+        report["calibrations"][kind] = {"model": cal.model, "machine": dict(cal.machine), "cost": cal.cost.wire(),
+                                        "timing": cal.timing.wire()}
         report["traces"][kind] = {"pool_tokens": trace.header.pool_tokens, "host_tokens": trace.header.host_tokens,
                                   "policies": rows}
         if engine is not None:
-            held_out = {n: r for n, r in rows.items() if fixed is not None or n != "lru"}
-            report["errors"][kind] = {k: _errors(held_out, k) for k in METRIC_KEYS}
+            report["errors"][kind] = {k: _errors(rows, k) for k in METRIC_KEYS}
     if args.repeat_lru and engine is not None and "lru" in policies:
         report["noise"] = noise(args, report, engine)
     if args.cluster_sessions:
@@ -271,9 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-batch", type=int, default=4)
     p.add_argument("--policies", default=None, help="comma-separated (default: all)")
-    p.add_argument("--calibration", default=None,
-                   help="use this calibration (default: fit one in-situ on each trace's real lru replay)")
-    p.add_argument("--skip-real", action="store_true", help="simulator only (needs --calibration)")
+    p.add_argument("--calibration", default=None, help="use this calibration (default: the stored one of --model)")
+    p.add_argument("--skip-real", action="store_true", help="simulator only")
     p.add_argument("--cluster-sessions", type=int, default=2000, help="0 skips the cluster-scale simulation")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--repeat-lru", type=int, default=1, help="replay lru again N times per trace (noise floor)")

@@ -1,12 +1,19 @@
-"""The discrete-event simulator: the same loop, manager and policies as the real replay, on a model clock.
+"""The simulator: the engine's own memory logic and the real run loop, on a model clock, without a model.
 
 ``simulate(trace, policy_spec, config) -> metrics dict`` is what the search loop calls to score a
-survival policy (a name, ``{"name", "params"}`` or a program ``{"source", "params"}``) at cluster
-scale. Time advances only by modeled work: a turn's start costs the swap-in of its host KV plus
-the prefill of its recomputed and new tokens (``CostModel.t_prefill``), each decode step
-``CostModel.t_decode(batch)``, each turn's end ``Calibration.finish_s``; tool gaps come from the
-trace. Memory is ``evals.workload.simpool`` (a session-granular model of the radix tree).
-Scheduling (``evals.workload.loop``), the survival manager and the policies are the real ones.
+survival policy (a name, ``{"name", "params"}`` or a program ``{"source", "params"}``). Nothing
+of the engine's memory is modelled: each turn is the engine's own request path on a radix tree
+whose KV payloads are sizes only (``engine.accounting.Accountant``: ``engine.plan`` matching,
+planning, storing, eviction and the host tier of ``engine.radix``), with the histories the
+engine's renderer would build (``evals.workload.chat.ChatTokens``, from the calibration), the real
+survival manager and policies over the real :class:`engine.survival.TreeBackend`, and the real
+scheduling loop (``evals.workload.loop``). Generated tokens are ids no history contains.
+
+Time is a :class:`evals.workload.clock.ModelClock` over the calibration's timing: a request's
+start, each decode step, each finish and every swapped byte advance it; tool gaps come from the
+trace. The real replay on the same clock (``ReplayConfig(clock="model")``) therefore takes the
+same decisions in the same order and must report the same token metrics (a test). On the wall
+clock the engine's order depends on timing; docs/survival.md states what that changes.
 
 A policy program that fails gives ``{"ok": false, "error": reason}`` with every metric ``None``:
 a failure is recorded, never turned into a score.
@@ -14,16 +21,21 @@ a failure is recorded, never turned into a score.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.accounting import Accountant, DryRequest
 from engine.errors import AKVError
-from engine.survival import SurvivalManager, SurvivalPolicy
-from evals.workload.calibrate import Calibration, default_calibration
+from engine.history import Item
+from engine.survival import SurvivalManager, SurvivalPolicy, TreeBackend
+from evals.workload.calibration import Calibration, default_calibration
+from evals.workload.chat import SessionTokens, new_tokens
+from evals.workload.clock import ModelClock
 from evals.workload.loop import LoopConfig, Started, run_loop
 from evals.workload.metrics import METRIC_KEYS
-from evals.workload.simpool import SimPool
 from evals.workload.trace import SessionSpec, Trace, WorkloadError, load_trace
 from search_spaces.errors import ProgramFailure
 from search_spaces.sandbox import SandboxLimits
@@ -37,7 +49,7 @@ class SimConfig:
     """How to simulate.
 
     Attributes:
-        calibration: speeds and template sizes (default: this machine's gemma-3-270m measurement).
+        calibration: timing, cost model and template ids (default: the stored gemma-3-270m one).
         pool_tokens / host_tokens: KV budgets in tokens (default: the trace's suggestion; no
             suggestion means an unbounded pool and no host tier).
         max_batch: generations in flight at once.
@@ -53,53 +65,51 @@ class SimConfig:
 
 @dataclass(eq=False)
 class _SimTurn:
-    session: str
+    request: DryRequest
     out: int
     generated: int = 0
 
 
-class SimExecutor:
-    """Model-clock executor over a :class:`SimPool` (see the module docstring)."""
+@dataclass(eq=False)
+class _Session:
+    tokens: SessionTokens
+    prompt: Sequence[Item] = ()
 
-    def __init__(self, trace: Trace, pool: SimPool, calibration: Calibration) -> None:
+
+class SimExecutor:
+    """The engine's request path on a dry-run tree, on a model clock (see the module docstring)."""
+
+    def __init__(self, trace: Trace, accountant: Accountant, backend: TreeBackend, calibration: Calibration) -> None:
         self.trace = trace
-        self.pool = pool
-        self.cal = calibration
-        self.clock = 0.0
-        self._prompt: dict[str, int] = {}
+        self.acc = accountant
+        self.backend = backend
+        self.chat = calibration.chat
+        self.clock = ModelClock(calibration.timing, accountant.tree.stats)
+        self._sessions: dict[str, _Session] = {}
+        self._fresh = itertools.count(-1, -1)  # generated token ids: negative, in no history
 
     def now(self) -> float:
-        return self.clock
+        return self.clock.now()
 
     def wait_until(self, t: float) -> None:
-        self.clock = max(self.clock, t)
-
-    def prompt_tokens(self, spec: SessionSpec, turn: int) -> int:
-        tpl, sys_n = self.cal.template, self.trace.header.system_tokens
-        n = (sys_n + tpl.system + tpl.first if sys_n else tpl.first_no_system) + spec.turns[0].input_tokens
-        for k in range(1, turn + 1):
-            n += spec.turns[k - 1].output_tokens + spec.turns[k].input_tokens + tpl.turn
-        return n
+        self.clock.wait_until(t)
 
     def start(self, spec: SessionSpec, turn: int) -> Started:
-        prompt = self.prompt_tokens(spec, turn)
-        shared_new = 0
-        if turn == 0:
-            sys_n = self.trace.header.system_tokens
-            shared = sys_n + self.cal.template.system if sys_n else 0
-            shared_new = self.pool.share(shared)  # the first request computes the shared system prompt
-            own_new = prompt - shared
-        else:
-            own_new = prompt - self._prompt[spec.session]
-        self._prompt[spec.session] = prompt
-        b = self.pool.begin(spec.session, own_new, self.clock)
-        compute = b.recompute_tokens + own_new + shared_new
-        cost = self.cal.cost
-        self.clock += cost.t_swap(b.swapped_in_bytes) + cost.t_prefill(compute, prompt - compute)
-        return Started(_SimTurn(spec.session, spec.turns[turn].output_tokens), prompt, compute, b.recompute_tokens)
+        st = self._sessions.get(spec.session)
+        if st is None:
+            st = self._sessions[spec.session] = _Session(SessionTokens(self.chat, self.trace.header, spec))
+        items = st.tokens.at(turn)
+        req = self.acc.start(items)
+        usage = req.usage
+        self.clock.started(usage.prefill_tokens, usage.prompt_tokens)
+        recompute = max(0, usage.prefill_tokens - new_tokens(st.prompt, items))
+        st.prompt = items
+        return Started(_SimTurn(req, spec.turns[turn].output_tokens), usage.prompt_tokens, usage.prefill_tokens,
+                       recompute)
 
     def step(self, handles: list[Any]) -> None:
-        self.clock += self.cal.cost.t_decode(len(handles))
+        going = [h for h in handles if h.generated + 1 < h.out]  # the others finish: no forward pass
+        self.clock.stepped(len(handles), len(going), sum(h.request.usage.prompt_tokens + h.generated for h in going))
         for h in handles:
             h.generated += 1
 
@@ -110,12 +120,12 @@ class SimExecutor:
         return bool(handle.generated >= handle.out)
 
     def finish(self, handle: Any, last: bool) -> Any:
-        self.clock += self.cal.finish_s
-        self.pool.finish(handle.session, handle.out - 1, self.clock)
-        return None if last else handle.session
+        self.acc.finish(handle.request, list(itertools.islice(self._fresh, handle.generated)))
+        self.clock.finished()
+        return None if last else self.backend.handle_for(handle.request.items)
 
     def pool_used(self) -> int:
-        return self.pool.pool_used
+        return self.acc.tree.pool_used
 
 
 def resolve_budgets(trace: Trace, pool_tokens: int | None, host_tokens: int | None) -> tuple[int, int]:
@@ -148,7 +158,8 @@ def simulate(trace: Trace | str | Path, policy_spec: Any, config: SimConfig | No
     """Simulate ``trace`` under survival policy ``policy_spec``; returns the metrics dict.
 
     The dict has the six keys of ``evals.workload.metrics.METRIC_KEYS`` plus details
-    (``ok``, ``policy``, swap bytes, pool occupancy, head-of-line waiting, decisions by action).
+    (``ok``, ``policy``, token counts, swap bytes, pool occupancy, head-of-line waiting,
+    decisions by action) -- the same keys as :func:`evals.workload.replay.replay`.
 
     Raises:
         WorkloadError: a malformed trace or budget; UnknownPolicyError / ParameterError: a bad spec.
@@ -159,12 +170,13 @@ def simulate(trace: Trace | str | Path, policy_spec: Any, config: SimConfig | No
     pool_t, host_t = resolve_budgets(tr, config.pool_tokens, config.host_tokens)
     cal = config.calibration
     bpt = cal.cost.bytes_per_token
-    pool = SimPool(pool_t * bpt, host_t * bpt, bpt)
-    manager = SurvivalManager(pool, policy, cal.cost)
-    ex = SimExecutor(tr, pool, cal)
+    acc = Accountant(None, bpt, min(pool_t * bpt, UNBOUNDED), host_t * bpt)
+    backend = TreeBackend(acc.tree, bpt)
+    manager = SurvivalManager(backend, policy, cal.cost)
+    ex = SimExecutor(tr, acc, backend, cal)
     try:
-        rec = run_loop(tr, ex, manager, LoopConfig(config.max_batch), pool.pool_bytes)
-        pool.check_integrity()
+        rec = run_loop(tr, ex, manager, LoopConfig(config.max_batch), acc.tree.pool_bytes)
+        backend.check_integrity()
     except ProgramFailure as err:
         res = getattr(err, "result", None)
         return failed(name, "simulate", str(err), getattr(getattr(res, "status", None), "value", "error"))
@@ -174,12 +186,19 @@ def simulate(trace: Trace | str | Path, policy_spec: Any, config: SimConfig | No
         return failed(name, "simulate", str(err), "invalid")
     finally:
         manager.close()
-    c = manager.counters
-    return rec.metrics(pool.pool_bytes, {
-        "ok": True, "mode": "simulate", "policy": name, "trace_kind": tr.header.kind,
-        "pool_bytes": pool.pool_bytes, "host_bytes": pool.host_bytes,
-        "swap_out_bytes": pool.swap_out_bytes, "swap_in_bytes": pool.swap_in_bytes,
-        "evicted_tokens": pool.evicted_tokens, "policy_calls": c.policy_calls,
-        "policy_seconds": round(c.policy_seconds, 4), "actions": dict(c.actions),
-        "calibration": {"model": cal.model, "source": cal.cost.source},
+        backend.detach()
+    return rec.metrics(pool_t * bpt, {
+        "ok": True, "mode": "simulate", "policy": name, "trace_kind": tr.header.kind, "model": cal.model,
+        **run_details(acc.tree.stats, manager, pool_t * bpt, host_t * bpt),
+        "calibration": {"model": cal.model, "source": cal.cost.source, "machine": dict(cal.machine)},
     })
+
+
+def run_details(stats: Any, manager: SurvivalManager, pool_bytes: int, host_bytes: int) -> dict[str, Any]:
+    """The details both ``simulate`` and ``replay`` report: budgets, the tree's counters, decisions."""
+    c = manager.counters
+    return {"pool_bytes": pool_bytes, "host_bytes": host_bytes,
+            "swap_out_bytes": stats.swap_out_bytes, "swap_in_bytes": stats.swap_in_bytes,
+            "evicted_tokens": stats.evicted_tokens, "host_discarded_tokens": stats.host_discarded_tokens,
+            "discarded_tokens": c.discarded_tokens, "policy_calls": c.policy_calls,
+            "policy_seconds": round(c.policy_seconds, 4), "actions": dict(c.actions)}

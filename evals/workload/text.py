@@ -26,16 +26,21 @@ VOCAB = 2048
 TOPIC_WORDS = 24
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic(seed: int) -> tuple[int, ...]:
+    return tuple(random.Random(seed * 7919 + 1).sample(range(VOCAB), TOPIC_WORDS))
+
+
 def topic(seed: int) -> list[int]:
     """The topic word indices of the session with ``seed``."""
-    return random.Random(seed * 7919 + 1).sample(range(VOCAB), TOPIC_WORDS)
+    return list(_topic(seed))
 
 
 def word_ids(seed: int, turn: int, role: str, n: int, focus: float) -> list[int]:
     """``n`` word indices for a message: topic words with probability ``focus``, else background."""
     rng = random.Random(f"{seed}/{turn}/{role}")
-    top = topic(seed)
-    return [top[rng.randrange(TOPIC_WORDS)] if rng.random() < focus else rng.randrange(VOCAB) for _ in range(n)]
+    top, rand, pick = _topic(seed), rng.random, rng.randrange
+    return [top[pick(TOPIC_WORDS)] if rand() < focus else pick(VOCAB) for _ in range(n)]
 
 
 def cosine(a: Sequence[int], b: Sequence[int]) -> float:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from engine import REPOSITION, Accountant, Drop
 from engine.naive_cache import NaiveCache
-from engine.radix import KVState
+from engine.radix import KVState, RadixTree
 
 BPT = 10  # bytes per token in these tests
 
@@ -150,6 +150,31 @@ def test_small_budgets_evict_and_never_break(stream, pool, host):
         assert acc.tree.pool_used <= pool * BPT and acc.tree.host_used <= host * BPT
         assert u.prompt_tokens == u.prefill_tokens + u.cached_tokens + u.drop_skipped_tokens
         assert all(n.lock == 0 for n in acc.tree.nodes())
+
+
+class ScanTree(RadixTree):
+    """The reference victim choice: scan the whole tree for the candidate with the smallest current
+    (key, uid) -- what the persistent queues must pick."""
+
+    def _pop(self, queue, candidate):
+        found = [(self._key(n), n.uid, n) for n in self.nodes() if candidate(n)]
+        return min(found, key=lambda e: (e[0], e[1]))[2] if found else None
+
+
+def shape(tree: RadixTree) -> list:
+    """The tree as plain data: every node's tokens, state, lock and items, in a canonical order."""
+    return sorted((n.token_start, n.n_tokens, n.state.value, n.lock, tuple(map(repr, n.items))) for n in tree.nodes())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.integers(1, 40), st.integers(0, 30))
+def test_queued_victims_are_the_full_scans(stream, pool, host):
+    fast, scan = radix(pool, host), radix(pool, host)
+    scan.tree = ScanTree(pool * BPT, host * BPT)
+    for items, out in stream:
+        assert fast.request_items(items, out) == scan.request_items(items, out)
+        assert shape(fast.tree) == shape(scan.tree) and fast.tree.stats == scan.tree.stats
+        fast.check_integrity()
 
 
 def test_drop_aware_eviction_frees_dropped_spans_and_keeps_descendants():

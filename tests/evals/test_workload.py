@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 
+import numpy as np
 import pytest
 
 from engine.survival import CostModel
 from evals.workload import (
     METRIC_KEYS,
+    TOKEN_KEYS,
     Calibration,
+    ChatTokens,
     ReplayConfig,
     SessionSpec,
     SimConfig,
-    TemplateTokens,
     Trace,
     TraceHeader,
     Turn,
@@ -29,14 +32,15 @@ from evals.workload import (
     save_trace,
     simulate,
 )
+from evals.workload.calibrate import nonneg_fit
+from evals.workload.calibration import load_calibration
 from evals.workload.cli import main
 from evals.workload.text import vocabulary
 from search_spaces.errors import UnknownPolicyError
 from search_spaces.survival import survival_seed_source
 
 BPT_TINY = 768
-CAL = Calibration("tiny-random", CostModel((0.01, 1e-4, 0.0), (0.005, 0.02), 1e10, BPT_TINY, "assumed: test"),
-                  TemplateTokens(9, 5, 9, 10), 0.0)
+CAL = Calibration.assumed("tiny-random", CostModel((0.01, 1e-4, 0.0), (0.005, 0.02), 1e10, BPT_TINY, "assumed: test"))
 
 
 def small_trace(pool_tokens: int | None = 260, host_tokens: int | None = 0) -> Trace:
@@ -183,54 +187,112 @@ def alternating_trace() -> Trace:
     return Trace(TraceHeader("test", 0, "generated", 16, 150, 0, {}), sessions)
 
 
-def test_replay_on_the_real_engine_agrees_with_the_simulator(tiny):
+def test_wall_clock_replay_agrees_with_the_simulator_where_the_order_is_fixed(tiny):
+    """On the wall clock the engine's order is the simulator's when events are far apart (the
+    alternating trace): then the token metrics are equal, as on the model clock."""
     tr = alternating_trace()
     assert len(vocabulary(tiny.tokenizer)) == 2048
-    real = replay(tr, "lru", ReplayConfig(model="tiny-random", calibration=CAL), engine=tiny)
-    assert real["ok"] and all(real[k] is not None for k in METRIC_KEYS) and real["turns"] == 6
-    assert real["peak_pool_bytes"] <= 150 * BPT_TINY and real["recompute_tokens"] > 0
-    cal = Calibration("tiny-random", CAL.cost, TemplateTokens(*_template(tiny)), 0.0)
+    cal = Calibration.assumed("tiny-random", CAL.cost, 0.0, ChatTokens.from_renderer(tiny.renderer,
+                                                                                     vocabulary(tiny.tokenizer)))
+    real = replay(tr, "lru", ReplayConfig(model="tiny-random", calibration=cal), engine=tiny)
+    assert real["ok"] and real["clock"] == "wall" and all(real[k] is not None for k in METRIC_KEYS)
+    assert real["turns"] == 6 and real["peak_pool_bytes"] <= 150 * BPT_TINY and real["recompute_tokens"] > 0
     sim = simulate(tr, "lru", SimConfig(calibration=cal))
-    assert sim["new_tokens"] == real["new_tokens"]  # the simulator counts prompts exactly
-    assert sim["recompute_tokens"] == pytest.approx(real["recompute_tokens"], rel=0.2)
-    assert sim["peak_pool_bytes"] == pytest.approx(real["peak_pool_bytes"], rel=0.1)
-    pinned = replay(small_trace(), "ttl", ReplayConfig(model="tiny-random", calibration=CAL), engine=tiny)
+    assert real["overlap_tokens"] == 0
+    assert {k: sim[k] for k in TOKEN_KEYS} == {k: real[k] for k in TOKEN_KEYS}
+    pinned = replay(small_trace(), "ttl", ReplayConfig(model="tiny-random", calibration=cal), engine=tiny)
     assert pinned["ok"] and pinned["actions"]["pin"] + pinned["actions"]["keep"] >= 6
     assert tiny.stop_ids and tiny.tree.eviction_order is None  # the shared engine is restored
+    with pytest.raises(WorkloadError, match="KV bytes per token"):  # a model clock of another model
+        replay(tr, "lru", ReplayConfig(calibration=Calibration.assumed("x", CostModel()), clock="model"), engine=tiny)
 
 
-def _template(eng) -> tuple[int, int, int, int]:
-    from evals.workload.calibrate import _template as measure
+def test_calibration_measures_the_engine(tiny, monkeypatch):
+    measure = importlib.import_module("evals.workload.calibrate")  # the package exports a function of that name
+    monkeypatch.setattr(measure, "_load", lambda: 99.0)  # a machine busy with others' work
+    cal = calibrate(tiny, quick=True, repeats=1, max_batch=2)
+    assert any("load average 99.0" in w for w in cal.machine["warnings"])
+    t = cal.timing
+    assert all(c >= 0 for c in (*t.prefill, *t.decode, t.finish_s)) and t.swap_bytes_per_s > 0
+    assert cal.cost.bytes_per_token == BPT_TINY and cal.model == "tiny-random" and cal.measured
+    assert {"dtype", "device", "threads", "date", "load_before"} <= set(cal.machine)
+    assert cal.machine["dtype"] == "float32" and cal.machine["device"] == "cpu"
+    assert t.t_start(512, 2048) > t.t_start(32, 32) > 0 and t.t_step(2, 2, 600) >= t.t_step(1, 1, 300) > 0
+    assert cal.chat == ChatTokens.from_renderer(tiny.renderer, vocabulary(tiny.tokenizer))
+    assert len(cal.points["prefill"]) == 4 and {p["batch"] for p in cal.points["decode"]} == {1, 2}
+    assert {p["forward"] for p in cal.points["decode"]} == {0, 1, 2}  # last steps apart
+    assert Calibration.from_wire(json.loads(json.dumps(cal.wire()))) == cal
+    assert tiny.stop_ids and tiny.tree.eviction_order is None  # the engine is restored
 
-    t = measure(eng, vocabulary(eng.tokenizer))
-    return (t.system, t.first, t.first_no_system, t.turn)
+
+def test_the_fit_recovers_known_coefficients_and_stays_non_negative():
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.ones(12), rng.uniform(10, 500, 12), rng.uniform(1e3, 1e5, 12), rng.uniform(10, 3000, 12)])
+    true = np.array([0.02, 4e-3, 1e-7, 2e-5])
+    assert nonneg_fit(x, x @ true) == pytest.approx(list(true), rel=1e-6)
+    assert nonneg_fit(x, x @ true, relative=False) == pytest.approx(list(true), rel=1e-6)
+    # a term the data contradicts (negative in the unconstrained fit) is dropped, the rest refitted
+    fitted = nonneg_fit(x[:, :2], x[:, :2] @ np.array([1.0, -1e-3]) + 0.5)
+    assert min(fitted) >= 0 and fitted[1] == 0.0
+    with pytest.raises(WorkloadError, match="at least as many points"):
+        nonneg_fit(x[:2], np.ones(2))
 
 
-def test_calibration_fits_non_negative_speeds(tiny):
-    cal = calibrate(tiny, quick=True, repeats=1)
-    assert all(c >= 0 for c in (*cal.cost.prefill, *cal.cost.decode)) and cal.cost.bytes_per_token == BPT_TINY
-    assert cal.cost.t_prefill(512, 0) > cal.cost.t_prefill(32, 0) > 0
-    assert cal.template.turn > 0 and Calibration.from_wire(json.loads(json.dumps(cal.wire()))) == cal
+def test_calibration_files_are_checked(tmp_path):
+    path = CAL.save(tmp_path / "cal.json")
+    assert load_calibration(path) == CAL
+    with pytest.raises(WorkloadError, match="was made for model 'tiny-random', not 'gemma-3-270m'"):
+        CAL.check_model("gemma-3-270m")
+    CAL.check_model("gemma-3-270m", force=True)
+    raw = json.loads(path.read_text())
+    for edit, match in ((lambda r: r.pop("format"), "format None is not 'akv-calibration/2'"),
+                        (lambda r: r["timing"].update(prefill=[1, 2]), r"timing.prefill must be a list of 4"),
+                        (lambda r: r["timing"].update(decode=[0.1, -1, 0, 0, 0]),
+                         r"timing.decode\[1\] must be a finite"),
+                        (lambda r: r["chat"].update(words=[1, 2]), "2 word ids, 2048 needed")):
+        bad = json.loads(json.dumps(raw))
+        edit(bad)
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(WorkloadError, match=match):
+            load_calibration(tmp_path / "bad.json")
 
 
 # ---------------------------------------------------------------- CLI
 
-def test_cli_generate_simulate_replay(tmp_path, capsys, tiny):
+def test_cli_generate_simulate_replay(tmp_path, capsys, tiny, monkeypatch):
     trace = tmp_path / "t.jsonl"
     assert main(["workload", "generate", "--kind", "memory-tight", "--sessions", "5", "--out", str(trace)]) == 0
     cal = tmp_path / "cal.json"
     CAL.save(cal)
     out = tmp_path / "r.json"
     assert main(["workload", "simulate", str(trace), "--survival", "ttl", "--out", str(out),
-                 "--calibration", str(cal)]) == 0
+                 "--calibration", str(cal), "--model", "tiny-random"]) == 0
     r = json.loads(out.read_text())
     assert r["mode"] == "simulate" and set(METRIC_KEYS) <= set(r)
+    capsys.readouterr()
+    assert main(["workload", "simulate", str(trace), "--survival", "ttl", "--out", str(out),
+                 "--calibration", str(cal)]) == 2  # made for tiny-random, not the default gemma-3-270m
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "was made for model 'tiny-random', not 'gemma-3-270m'" in err and "--force" in err
+    assert main(["workload", "simulate", str(trace), "--survival", "ttl", "--out", str(out),
+                 "--calibration", str(cal), "--force"]) == 0
     save_trace(small_trace(), trace)
     assert main(["workload", "replay", str(trace), "--survival", "min_waste", "--params", '{"recheck_s": 0.1}',
                  "--model", "tiny-random", "--out", str(out), "--calibration", str(cal)]) == 0
     r = json.loads(out.read_text())
     assert r["mode"] == "replay" and r["model"] == "tiny-random" and set(METRIC_KEYS) <= set(r)
-    capsys.readouterr()
+    measured = tmp_path / "measured.json"
+    assert main(["workload", "calibrate", "--model", "tiny-random", "--out", str(measured), "--quick",
+                 "--repeats", "1", "--max-batch", "2", "--force"]) == 0
+    assert load_calibration(measured).model == "tiny-random" and "wrote" in capsys.readouterr().out
+    measure = importlib.import_module("evals.workload.calibrate")
+    busy = Calibration.assumed("tiny-random", CAL.cost)
+    busy = Calibration(busy.model, busy.cost, busy.timing, busy.chat, {"warnings": ["load average 9 on 2 CPUs"]})
+    monkeypatch.setattr(measure, "calibrate", lambda *a, **k: busy)
+    assert main(["workload", "calibrate", "--model", "tiny-random", "--out", str(tmp_path / "busy.json")]) == 2
+    err = capsys.readouterr().err
+    assert "looks busy (load average 9 on 2 CPUs)" in err and err.count("\n") == 1
+    assert not (tmp_path / "busy.json").exists()
     assert main(["workload", "simulate", str(trace), "--survival", "belady", "--out", str(out)]) == 2
     assert "valid survival policies" in capsys.readouterr().err
     assert main(["workload", "simulate", str(tmp_path / "none.jsonl"), "--survival", "lru", "--out", str(out)]) == 2
