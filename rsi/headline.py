@@ -177,7 +177,7 @@ def describe(row: HeadlineRow) -> str:
     else:
         verdict = "not significant (the pass interval allows a loss of more than 5 points)"
     if not row.matched_pass:
-        return (f"Nothing matched {row.versus}'s held-out pass rate; the most accurate evolved policy, "
+        return (f"Nothing matched {row.versus}'s train pass rate; the most accurate evolved policy on train, "
                 f"{row.policy}: {numbers}; {verdict}.")
     return f"{row.policy} vs {row.versus}: {numbers}; {verdict}."
 
@@ -190,13 +190,14 @@ def headline_lines(rows: Sequence[HeadlineRow] | None, archive: Archive) -> list
         return [f"No headline comparison: {empty_reason(archive) or 'no paired held-out results were stored'}."]
     beaten = [r.versus for r in rows if r.beats]
     if beaten:
-        first = f"Significant: an evolved policy is cheaper than {', '.join(beaten)} at matched held-out accuracy."
+        first = (f"Significant: an evolved policy is cheaper than {', '.join(beaten)} at matched accuracy (chosen on "
+                 "train at the expert's pass rate; on held-out its pass rate is at most 5 points lower, 95% interval).")
         rest = [r.versus for r in rows if not r.beats]
         if rest:
             first += f" Not against {', '.join(rest)}."
     else:
-        first = ("Nothing beat the experts: no evolved policy is significantly cheaper than any expert at matched "
-                 "held-out accuracy.")
+        first = ("Nothing beat the experts: no evolved policy matched on train is significantly cheaper than an expert "
+                 "on held-out with its held-out pass rate at most 5 points lower (95% interval).")
     return [first] + [describe(r) for r in rows]
 
 

@@ -97,7 +97,8 @@ class MLflowTracker(Tracker):
             return
         tags = {"mlflow.parentRunId": self.parent_id, "akv.kind": "expert" if c.expert else "candidate",
                 "akv.candidate": c.id, "akv.program": c.program, "akv.proposer": c.proposer,
-                "akv.parents": ",".join(c.parents), "akv.status": c.status.value, "akv.generation": str(c.generation)}
+                "akv.parents": ",".join(c.parents), "akv.status": c.status.value, "akv.generation": str(c.generation),
+                "akv.fidelity": "model"}  # every archived number is the model's (proxy numbers: fidelity.json)
         if c.reason:
             tags["akv.reason"] = c.reason[:4000]
         run = self.client.create_run(self.experiment_id, run_name=c.label, tags=tags)
@@ -160,4 +161,22 @@ class MLflowTracker(Tracker):
         for fig in figures:
             if fig.exists():
                 self.client.log_artifact(self.parent_id, str(fig), "figures")
+        self._fidelity()
         self.client.set_terminated(self.parent_id, status)
+
+    def _fidelity(self) -> None:
+        """The cascade's check and speeds (``fidelity.json``) on the parent run: the file, and as
+        ``proxy.*`` metrics, so predicted numbers never sit among the model's."""
+        assert self.parent_id is not None
+        path = self.run_dir / "fidelity.json"
+        if not path.exists():
+            return
+        fid = json.loads(path.read_text())
+        self.client.log_artifact(self.parent_id, str(path))
+        speed = fid.get("speed") or {}
+        values = {"proxy.spearman": fid.get("spearman"), "proxy.policies_compared": fid.get("policies"),
+                  "proxy.screened_trials": fid.get("screened_trials"), "proxy.speed_ratio": speed.get("ratio"),
+                  **{f"proxy.{f}_evals_per_min": v for f, v in (speed.get("per_minute") or {}).items()}}
+        for k, v in values.items():
+            if isinstance(v, (int, float)) and v == v:  # (a NaN correlation is left out)
+                self.client.log_metric(self.parent_id, k, float(v))

@@ -124,6 +124,15 @@ def test_a_search_with_the_cascade_screens_many_and_evaluates_few(tmp_path, tiny
     assert speed["counts"]["proxy"] == fid["screened_trials"] * config.data.train_tasks
     assert speed["ratio"] == pytest.approx(speed["per_minute"]["proxy"] / speed["per_minute"]["model"])
     assert "faster" in report
+    import mlflow  # the same figures on the MLflow parent run, apart from the model's metrics
+
+    mlflow.set_tracking_uri(f"sqlite:///{run / 'mlflow.db'}")
+    runs = mlflow.search_runs(experiment_names=[config.name])
+    parent = runs[runs["tags.akv.kind"] == "search"].iloc[0]
+    assert parent["metrics.proxy.speed_ratio"] == pytest.approx(speed["ratio"])
+    assert parent["metrics.proxy.screened_trials"] == fid["screened_trials"]
+    children = runs[runs["tags.akv.kind"].isin(["candidate", "expert"])]
+    assert (children["tags.akv.fidelity"] == "model").all()
 
 
 def test_fidelity_speed_is_evaluations_per_minute_per_fidelity():
