@@ -100,6 +100,15 @@ def _live(args: argparse.Namespace) -> int:
 
 
 def _survival_search(args: argparse.Namespace) -> int:
+    if args.evolve:
+        from rsi.survival_evolve import main_cli as evolve
+
+        return evolve(args)
+    if args.confirm_replay:
+        raise AKVError("--confirm-replay needs --evolve CONFIG", field="confirm_replay", value=args.confirm_replay)
+    if not args.trace:
+        raise AKVError("survival-search needs a TRACE (tune the families) or --evolve CONFIG (evolve programs)",
+                       field="trace", value=None)
     from rsi.survival_search import main_cli
 
     return main_cli(args)
@@ -268,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     lv.set_defaults(func=_live)
 
     ss = sub.add_parser("survival-search", help="tune survival policies on the workload simulator")
-    ss.add_argument("trace", help="a workload trace (akv workload generate)")
+    ss.add_argument("trace", nargs="?", help="a workload trace (akv workload generate); not with --evolve")
     ss.add_argument("--survival", default=None, help="comma-separated families (default: all)")
     ss.add_argument("--trials", type=int, default=20, help="Optuna trials per family (trial 0: defaults)")
     ss.add_argument("--pool-tokens", type=int, default=None, help="KV pool budget (default: the trace's)")
@@ -276,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--max-batch", type=int, default=4)
     ss.add_argument("--seed", type=int, default=0)
     ss.add_argument("--out", default="runs/survival-search", help="directory for trials.jsonl and summary.json")
+    ss.add_argument("--evolve", default=None, metavar="CONFIG",
+                    help="evolve survival programs with the proposers (experiments/survival-evolve.yaml)")
+    ss.add_argument("--run-dir", default=None, help="--evolve: the run directory (default runs/NAME)")
+    ss.add_argument("--confirm-replay", type=int, default=0, metavar="N",
+                    help="--evolve: replay the N best on held-out on the real engine (--model)")
+    ss.add_argument("--model", default="gemma-3-270m", help="--confirm-replay: the engine's model")
+    ss.add_argument("--confirm-clock", default="wall", choices=["wall", "model"],
+                    help="--confirm-replay: wall-clock replay, or the engine on the simulator's model clock")
     ss.set_defaults(func=_survival_search)
 
     se = sub.add_parser("search", help="evolve cache policies (the main job)")

@@ -146,9 +146,10 @@ def program_for(policy: Policy) -> tuple[str, dict[str, Any], str]:
     return seed_source(family.seed), policy.params, policy.name
 
 
-def api_code() -> str:
-    """The code of ``program_api.py`` without its docstring and ``__future__`` import."""
-    source = Path(program_api.__file__).read_text(encoding="utf-8")
+def api_code(module: Any = program_api) -> str:
+    """The code of ``module`` (``program_api.py``; ``survival_api.py`` for survival programs) without
+    its docstring and ``__future__`` import."""
+    source = Path(module.__file__).read_text(encoding="utf-8")
     tree = ast.parse(source)
     first = tree.body[0]
     start = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
@@ -218,6 +219,62 @@ def export_policy(policy: Policy, path: str | Path, format: str = "module") -> P
         text = _module_header(label) + api_code() + "\n" + contained + _MODULE_FACE
     out = Path(path)
     out.write_text(text, encoding="utf-8")
+    return out
+
+
+_SURVIVAL_FACE = '''
+
+def decide(request):
+    """One decision point: ``request`` is a survival request in wire form (``SurvivalRequest.wire()``:
+    ``now``, ``pending``, ``system``, ``log``, ``cost``); returns ``{session id: {"action", "ttl_s",
+    "score"}}`` for every pending session."""
+    out = _program["decide"](SurvivalView(request), dict(PARAMS))
+    out = json.loads(json.dumps(out))
+    for s in request["pending"]:
+        d = out.get(str(s["session"])) if isinstance(out, dict) else None
+        if not isinstance(d, dict) or d.get("action") not in ACTIONS:
+            raise ValueError("the program gave no valid decision for session %r: %r" % (s["session"], d))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    json.dump(decide(json.load(sys.stdin)), sys.stdout)
+'''
+
+
+def export_survival_program(source: str, params: dict[str, Any], path: str | Path, label: str) -> Path:
+    """Write survival program ``source`` with ``params`` as one standalone module at ``path``: the
+    survival API's views (``survival_api.py``), the program contained as for cache programs (re-checked
+    on import, restricted builtins) and ``decide(request_wire) -> {session: decision}``.
+
+    Raises:
+        PolicyError: the program is refused by the checker, or a parameter is not in its ``DEFAULTS``.
+    """
+    from search_spaces import survival_api
+
+    check = check_program(source)
+    if not check.ok:
+        raise PolicyError(f"cannot export: the program is refused: {check.reason}", field="policy")
+    unknown = sorted(set(params) - set(check.defaults or {}))
+    if unknown:
+        raise PolicyError(f"cannot export: parameter {unknown[0]!r} is not in the program's DEFAULTS",
+                          field="params", value=unknown[0])
+    full = json.loads(json.dumps({**(check.defaults or {}), **params}))
+    contained = _CONTAINED.format(
+        sha=check.sha256, params=full, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
+        modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
+        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(ALLOWED_ATTRIBUTES)))
+    header = (f'"""AKV tool-gap survival policy: {label}, exported by search_spaces.export (standard library '
+              "only).\n\n"
+              "    decide(request) -> {session id: {\"action\", \"ttl_s\", \"score\"}}\n"
+              "        request: a survival request in wire form (engine.survival.SurvivalRequest.wire())\n"
+              "    python this_file.py < request.json  prints decide(request)\n\n"
+              "Regenerate rather than edit.\n"
+              '"""\n\n')
+    out = Path(path)
+    out.write_text(header + api_code(survival_api) + "\n" + contained + _SURVIVAL_FACE, encoding="utf-8")
     return out
 
 

@@ -103,10 +103,12 @@ class Outcome:
 
 
 def offspring_rewards(archive: Archive, ref_cost: float, prefix: str = "mutation:",
-                      before: int | None = None) -> list[Outcome]:
+                      before: int | None = None, ref_pass: float = 0.0) -> list[Outcome]:
     """One :class:`Outcome` per offspring program made by a ``prefix`` proposer (``mutation:<op>``),
     in archive order; ``before``: only generations before it. A program tuned to several candidates
-    counts once, with its best reward."""
+    counts once, with its best reward. ``ref_pass``: the hypervolume's reference on the second
+    objective (0 for pass rates; the survival search, whose second objective is minus recompute
+    tokens, gives minus its reference)."""
     by_program: dict[tuple[int, str, str], list[Candidate]] = defaultdict(list)
     for c in archive.candidates:
         op = _operator(c, prefix)
@@ -119,14 +121,14 @@ def offspring_rewards(archive: Archive, ref_cost: float, prefix: str = "mutation
     for (g, op, _sha), cands in by_program.items():
         if g not in older_of:
             pts = [c.point for c in scored if c.generation < g]
-            older_of[g] = (pts, hypervolume(pts, ref_cost))
+            older_of[g] = (pts, hypervolume(pts, ref_cost, ref_pass))
         older, base_hv = older_of[g]
         best = Outcome(g, op, False, False, 0.0, 0.0)
         for c in cands:
             if c.status is not Status.OK or c.train is None or not c.train.ok:
                 continue
             entered = c.point not in older and not any(dominates(o, c.point) for o in older)
-            gain = hypervolume([*older, c.point], ref_cost) - base_hv
+            gain = hypervolume([*older, c.point], ref_cost, ref_pass) - base_hv
             rel = gain / base_hv if base_hv > 0 else (1.0 if gain > 0 else 0.0)
             r = reward(True, entered, rel)
             if r > best.reward or not best.scored:
@@ -136,10 +138,10 @@ def offspring_rewards(archive: Archive, ref_cost: float, prefix: str = "mutation
 
 
 def bandit_from_archive(arms: Sequence[str], archive: Archive, ref_cost: float, prefix: str = "mutation:",
-                        exploration: float = 1.0, before: int | None = None) -> UCB1:
+                        exploration: float = 1.0, before: int | None = None, ref_pass: float = 0.0) -> UCB1:
     """A UCB1 over ``arms`` fed with every recorded offspring's reward (operators not in ``arms`` skipped)."""
     bandit = UCB1(tuple(arms), exploration)
-    for o in offspring_rewards(archive, ref_cost, prefix, before):
+    for o in offspring_rewards(archive, ref_cost, prefix, before, ref_pass):
         if o.operator in bandit.arms:
             bandit.update(o.operator, o.reward)
     return bandit
@@ -153,12 +155,12 @@ def ref_cost_of(archive: Archive) -> float:
 
 
 def operator_table(archive: Archive, ref_cost: float | None = None,
-                   prefix: str = "mutation:") -> list[Mapping[str, float | int | str]]:
+                   prefix: str = "mutation:", ref_pass: float = 0.0) -> list[Mapping[str, float | int | str]]:
     """Per generation and operator: offspring, the share that got a score (valid), the share that
     entered the front (success) and the mean reward -- the report's operator table."""
     ref = ref_cost if ref_cost is not None else ref_cost_of(archive)
     rows: dict[tuple[int, str], list[Outcome]] = defaultdict(list)
-    for o in offspring_rewards(archive, ref, prefix):
+    for o in offspring_rewards(archive, ref, prefix, ref_pass=ref_pass):
         rows[(o.generation, o.operator)].append(o)
     return [{"generation": g, "operator": op, "offspring": len(grp),
              "valid_rate": sum(o.scored for o in grp) / len(grp),

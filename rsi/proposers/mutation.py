@@ -159,6 +159,7 @@ class MutationProposer(Proposer):
     """
 
     name = "mutation"
+    operators: tuple[str, ...] = OPERATORS
 
     def __init__(self, smoke: Sequence[Episode], max_attempts: int = 12):
         super().__init__()
@@ -170,7 +171,7 @@ class MutationProposer(Proposer):
                 seen: set[str]) -> list[Proposal]:
         if not parents:
             return []
-        bandit = self.bandit = bandit_from_archive(OPERATORS, archive, ref_cost_of(archive))
+        bandit = self.bandit = self._bandit(archive)
         out: list[Proposal] = []
         for _ in range(n):
             for _attempt in range(self.max_attempts):
@@ -192,6 +193,14 @@ class MutationProposer(Proposer):
                 seen.add(source_hash(proposal.source))
                 break
         return out
+
+    def _bandit(self, archive: Archive) -> UCB1:
+        """The operator bandit rebuilt from ``archive`` (a subclass with other objectives overrides it)."""
+        return bandit_from_archive(self.operators, archive, ref_cost_of(archive))
+
+    def _smoke_ok(self, source: str) -> bool:
+        """Whether a checked edit runs in the sandbox on the smoke trajectories."""
+        return not self.smoke or run_program(source, {}, self.smoke).ok
 
     def _try(self, parent: ParentView, other: ParentView | None, op: str, rng: random.Random,
              seen: set[str]) -> Proposal | None:
@@ -222,7 +231,7 @@ class MutationProposer(Proposer):
         self.stats.attempts += 1
         if not check_program(source).ok:
             return None
-        if self.smoke and not run_program(source, {}, self.smoke).ok:
+        if not self._smoke_ok(source):
             return None
         self.stats.valid += 1
         parents: tuple[Any, ...] = (parent.candidate.id,) + ((other.candidate.id,) if other is not None else ())

@@ -16,7 +16,8 @@ from rsi.search import _normalized, parse_expert
 from search_spaces import get_policy
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-FILES = sorted(EXPERIMENTS.rglob("*.yaml"))
+FILES = sorted(p for p in EXPERIMENTS.rglob("*.yaml")
+               if not p.name.startswith("survival-"))  # survival-search configs: tests/rsi/test_survival_evolve.py
 PAPER = {"gpt-oss-120b": "gpt-oss-120b", "minimax-m2.7": "MiniMax-M2.7", "qwen3-30b-a3b": "Qwen3-30B-A3B"}
 
 

@@ -1,0 +1,779 @@
+"""Evolve survival programs on the simulator: ``akv survival-search --evolve CONFIG --run-dir DIR``.
+
+The cache search's loop (``rsi.search``) applied to tool-gap survival programs
+(docs/survival-api.md), scored by the token-exact simulator (``evals.workload.simulate``):
+
+- **Traces.** The config names train and held-out traces (kind x seed, generated and saved in
+  ``RUN_DIR/traces/``); held-out traces must be other (kind, seed) pairs than train's, and a
+  config should give held-out a kind train does not have.
+- **Baselines.** Every built-in family is tuned on train by its own Optuna study over its own
+  ``space`` (trial 0: its defaults) with the same trial budget as each evolved program; the best
+  trial of each (lowest mean p95 resume TTFT, then fewest recompute tokens) is an expert.
+- **Generation 0** tunes the seed programs (each family's program form, ``search_spaces/survival/seeds``).
+- **Generations 1..G**: parents (the front, then the best on train) go to the mutation proposer
+  (``rsi.survival_proposer``: the cache proposer's operators and UCB1 bandit; every edit is
+  checked and smoke-run in the survival sandbox); each proposal is checked again (a refused one
+  is archived as a failure with its reason) and tuned by a two-objective Optuna study
+  (``rsi.tuning.make_sampler``/``study_seed``; trial 0 = the program's ``DEFAULTS``, then its
+  ``space``); the study's Pareto trials enter the archive.
+- **Cascade.** A trial is first simulated on the first ``cascade_traces`` train traces; when the
+  mean there is dominated by a front member's mean on the same traces it is pruned without
+  simulating the rest (the cache search's multi-fidelity rule with traces as tasks).
+- **Held-out.** The front, every baseline and the best evolved candidate are simulated on the
+  held-out traces. The headline (``headline.json``) compares the best evolved candidate (chosen on
+  train) with the best tuned family (chosen on train) on held-out, paired over traces with 95%
+  bootstrap intervals (``rsi.survival_archive.paired_over_traces``).
+- **Outputs**: ``archive.json``, ``pareto.json``, ``headline.json``, ``evaluations.jsonl`` (every
+  simulation, fsync'ed: a re-run in the same directory takes finished ones from it and replays
+  the same decisions), ``proposals/g<N>.json``, ``programs/<sha>.py``, ``report.html`` with the
+  front plot (``rsi.survival_report``) and MLflow runs (``rsi.survival_tracking``).
+- ``--confirm-replay N``: the top ``N`` candidates on held-out are replayed on the real engine
+  (``evals.workload.replay``) on the held-out traces; ``confirm.json`` sets replay beside simulation.
+
+Everything is seeded: the same config in a new directory gives the same archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from engine.errors import AKVError, show
+from evals.workload import SimConfig, Trace, generate_trace, load_calibration, save_trace, simulate
+from evals.workload.calibration import Calibration, assumed_gpu, default_calibration
+from evals.workload.generate import KINDS
+from rsi.archive import Status, candidate_id
+from rsi.pareto import dominates
+from rsi.proposers.base import ParentView, Proposal, Proposer
+from rsi.proposers.mutation import source_hash
+from rsi.rundir import RunDirError, read_json, write_json, write_text
+from rsi.survival_archive import (
+    RECOMPUTE,
+    TTFT,
+    SimScore,
+    SurvivalArchive,
+    SurvivalCandidate,
+    paired_over_traces,
+    score_of,
+)
+from rsi.survival_proposer import SurvivalMutationProposer, record_requests
+from rsi.tuning import CandidateFailure, make_sampler, study_seed
+from search_spaces import check_program, suggest_params
+from search_spaces.errors import ProgramFailure
+from search_spaces.survival import (
+    SURVIVAL_FAMILIES,
+    SURVIVAL_SEEDS,
+    get_survival_family,
+    make_survival_policy,
+    survival_seed_source,
+)
+
+log = logging.getLogger("akv.survival")
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+class EvolveConfigError(AKVError):
+    """A survival-evolution config that cannot run (the message names the field)."""
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """Traces of ``kinds`` x ``seeds`` with ``sessions`` sessions each (``evals.workload.generate_trace``)."""
+
+    kinds: tuple[str, ...]
+    seeds: tuple[int, ...]
+    sessions: int
+    time_scale: float = 1.0
+    token_scale: float = 1.0
+
+    def ids(self) -> list[tuple[str, int]]:
+        return [(k, s) for k in self.kinds for s in self.seeds]
+
+
+@dataclass(frozen=True)
+class EvolveConfig:
+    """A survival-evolution run (see ``experiments/survival-evolve.yaml`` for every field)."""
+
+    train: TraceSet
+    heldout: TraceSet
+    name: str = "survival-evolve"
+    seed: int = 0
+    calibration: str = "assumed-gpu"
+    pool_tokens: int | None = None
+    host_tokens: int | None = None
+    max_batch: int = 4
+    seeds: tuple[str, ...] = SURVIVAL_SEEDS
+    families: tuple[str, ...] = tuple(SURVIVAL_FAMILIES)
+    generations: int = 2
+    per_generation: int = 4
+    parents: int = 3
+    trials: int = 8
+    cascade_traces: int = 1
+    max_calls_per_turn: int = 20
+    bootstrap_samples: int = 2000
+    tracking: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
+
+
+_TOP = {"name", "seed", "train", "heldout", "simulator", "seeds", "families", "generations", "proposer", "optuna",
+        "cascade", "bootstrap_samples", "tracking"}
+
+
+def _int(raw: Mapping[str, Any], key: str, where: str, default: int, low: int) -> int:
+    v = raw.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise EvolveConfigError(f"{where}{key} must be an integer >= {low}, got {show(v)}", field=key, value=v)
+    return v
+
+
+def _section(raw: Mapping[str, Any], key: str, allowed: set[str]) -> Mapping[str, Any]:
+    v = raw.get(key, {})
+    if not isinstance(v, Mapping):
+        raise EvolveConfigError(f"{key} must be a mapping, got {show(v)}", field=key, value=v)
+    extra = set(v) - allowed
+    if extra:
+        raise EvolveConfigError(f"{key}: unknown field {sorted(extra)[0]!r}; valid fields: "
+                                f"{', '.join(sorted(allowed))}", field=key, value=sorted(extra)[0])
+    return v
+
+
+def _traces(raw: Mapping[str, Any], key: str) -> TraceSet:
+    sec = _section(raw, key, {"kinds", "seeds", "sessions", "time_scale", "token_scale"})
+    kinds, seeds = sec.get("kinds"), sec.get("seeds")
+    if not isinstance(kinds, list) or not kinds or any(k not in KINDS for k in kinds):
+        raise EvolveConfigError(f"{key}.kinds must be a non-empty list of {', '.join(KINDS)}, got {show(kinds)}",
+                                field=f"{key}.kinds", value=kinds)
+    if not isinstance(seeds, list) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise EvolveConfigError(f"{key}.seeds must be a non-empty list of integers, got {show(seeds)}",
+                                field=f"{key}.seeds", value=seeds)
+    scales = []
+    for name in ("time_scale", "token_scale"):
+        v = sec.get(name, 1.0)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
+            raise EvolveConfigError(f"{key}.{name} must be a positive number, got {show(v)}", field=f"{key}.{name}",
+                                    value=v)
+        scales.append(float(v))
+    return TraceSet(tuple(kinds), tuple(seeds), _int(sec, "sessions", f"{key}.", 6, 1), scales[0], scales[1])
+
+
+def config_from_dict(raw: Any) -> EvolveConfig:
+    """Parse a config mapping (the YAML file's content).
+
+    Raises:
+        EvolveConfigError: an unknown or bad field (named), unknown seeds or families, or held-out
+            traces that repeat a train trace.
+    """
+    if not isinstance(raw, Mapping):
+        raise EvolveConfigError(f"a survival-evolve config is a mapping, got {show(raw)}", field="config", value=raw)
+    extra = set(raw) - _TOP
+    if extra:
+        raise EvolveConfigError(f"unknown field {sorted(extra)[0]!r}; valid fields: {', '.join(sorted(_TOP))}",
+                                field=sorted(extra)[0], value=sorted(extra)[0])
+    train, held = _traces(raw, "train"), _traces(raw, "heldout")
+    shared = set(train.ids()) & set(held.ids())
+    if shared:
+        kind, seed = sorted(shared)[0]
+        raise EvolveConfigError(f"held-out trace {kind}/{seed} is also a train trace; held-out needs other seeds",
+                                field="heldout.seeds", value=seed)
+    sim = _section(raw, "simulator", {"calibration", "pool_tokens", "host_tokens", "max_batch",
+                                      "max_calls_per_turn"})
+    prop = _section(raw, "proposer", {"per_generation", "parents"})
+    opt = _section(raw, "optuna", {"trials"})
+    cas = _section(raw, "cascade", {"traces"})
+    seeds = tuple(raw.get("seeds", SURVIVAL_SEEDS))
+    for s in seeds:
+        if s not in SURVIVAL_SEEDS:
+            raise EvolveConfigError(f"unknown survival seed {show(s)}; valid seeds: {', '.join(SURVIVAL_SEEDS)}",
+                                    field="seeds", value=s)
+    families = tuple(raw.get("families", SURVIVAL_FAMILIES))
+    for f in families:
+        get_survival_family(f)
+    pools = []
+    for key in ("pool_tokens", "host_tokens"):
+        v = sim.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise EvolveConfigError(f"simulator.{key} must be an integer >= 0 or null, got {show(v)}",
+                                    field=f"simulator.{key}", value=v)
+        pools.append(v)
+    cal = sim.get("calibration", "assumed-gpu")
+    if not isinstance(cal, str) or not cal:
+        raise EvolveConfigError(f"simulator.calibration must be 'assumed-gpu', a model name or a file, got {show(cal)}",
+                                field="simulator.calibration", value=cal)
+    tracking = raw.get("tracking", True)
+    if not isinstance(tracking, bool):
+        raise EvolveConfigError(f"tracking must be true or false, got {show(tracking)}", field="tracking",
+                                value=tracking)
+    name = raw.get("name", "survival-evolve")
+    if not isinstance(name, str) or not name:
+        raise EvolveConfigError(f"name must be a non-empty string, got {show(name)}", field="name", value=name)
+    cascade = _int(cas, "traces", "cascade.", 1, 0)
+    if cascade >= len(train.ids()):
+        cascade = 0  # a first stage on every train trace is no cheaper stage
+    return EvolveConfig(train, held, name, _int(raw, "seed", "", 0, 0), cal, pools[0], pools[1],
+                        _int(sim, "max_batch", "simulator.", 4, 1), seeds, families,
+                        _int(raw, "generations", "", 2, 0), _int(prop, "per_generation", "proposer.", 4, 1),
+                        _int(prop, "parents", "proposer.", 3, 1), _int(opt, "trials", "optuna.", 8, 1), cascade,
+                        _int(sim, "max_calls_per_turn", "simulator.", 20, 1),
+                        _int(raw, "bootstrap_samples", "", 2000, 100), tracking)
+
+
+def load_config(path: str | Path) -> EvolveConfig:
+    """Read a YAML config (see :func:`config_from_dict`)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise EvolveConfigError(f"config {str(p)!r} does not exist", field="config", value=str(p))
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        raise EvolveConfigError(f"config {str(p)!r} is not YAML: {str(err).splitlines()[0]}", field="config",
+                                value=str(p)) from None
+    return config_from_dict(raw)
+
+
+def calibration_of(name: str) -> Calibration:
+    """``assumed-gpu`` (stated GPU speeds), a file, or a model's stored calibration."""
+    if name == "assumed-gpu":
+        return assumed_gpu()
+    if name.endswith(".json") or Path(name).is_file():
+        return load_calibration(name)
+    return default_calibration(name)
+
+
+class CallBudget:
+    """A survival policy that fails (``ProgramFailure``) once it has been asked more than ``limit``
+    times in one run: a policy that re-decides every few milliseconds (a tiny TTL) would make one
+    simulation take minutes; its trial fails with this reason instead, as a sandbox time limit would."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self.inner, self.limit, self.calls = inner, limit, 0
+        self.name = str(inner.name)
+
+    def decide(self, request: Any) -> Any:
+        self.calls += 1
+        if self.calls > self.limit:
+            raise ProgramFailure(f"more than {self.limit} policy calls in one simulation (simulator."
+                                 "max_calls_per_turn x turns); TTLs too short for this trace")
+        return self.inner.decide(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# ---------------------------------------------------------------------------------------------- store
+
+
+class SimStore:
+    """Every simulation of the run, one fsync'ed JSON line each (key -> metrics); a torn last line is ignored."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            for i, line in enumerate(path.read_text().splitlines()):
+                try:
+                    row = json.loads(line)
+                    self.rows[row["key"]] = row["metrics"]
+                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    log.warning("%s:%d: skipped an unreadable line (%s)", path, i + 1, err)
+        self.simulated = 0
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.rows.get(key)
+
+    def put(self, key: str, metrics: dict[str, Any]) -> None:
+        self.rows[key] = metrics
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps({"key": key, "metrics": metrics}, sort_keys=True, default=str) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def policy_key(spec: str, program: str, params: Mapping[str, Any]) -> str:
+    text = json.dumps([spec, program, dict(params)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_KEEP = ("ok", "error", "status", TTFT, RECOMPUTE, "jct_mean_s", "jct_p95_s", "resume_ttft_p50_s", "peak_pool_bytes",
+         "prefill_tokens", "evicted_tokens", "swap_out_bytes", "discarded_tokens", "actions")
+
+
+# ---------------------------------------------------------------------------------------------- tuning
+
+
+@dataclass(frozen=True)
+class Trial:
+    number: int
+    params: dict[str, Any]
+    state: str  # complete, pruned, failed
+    reason: str
+    score: SimScore | None
+
+
+Evaluate = Callable[[dict[str, Any], Sequence[int]], list[dict[str, Any]]]
+"""(params, train trace indices) -> per-trace simulator metrics."""
+
+
+def tune_survival(draw: Callable[[optuna.Trial], dict[str, Any]], defaults: dict[str, Any], evaluate: Evaluate, *,
+                  study_name: str, seed: int, n_trials: int, n_traces: int, cascade: int,
+                  reference: Callable[[int], list[tuple[float, float]]]) -> list[Trial]:
+    """A two-objective study (p95 resume TTFT, recompute tokens; both minimised) of ``n_trials``.
+
+    Trial 0 runs ``defaults``; later ones ``draw(trial)`` (which raises :class:`CandidateFailure`
+    for a space that fails). With ``cascade`` > 0 a trial runs the first ``cascade`` traces first
+    and is pruned when a point of ``reference(cascade)`` dominates its mean there.
+    Returns every trial; the complete ones on the study's Pareto front have state ``best``.
+    """
+    study = optuna.create_study(directions=["minimize", "minimize"],
+                                sampler=make_sampler("tpe", study_seed(seed, study_name)))
+    out: dict[int, Trial] = {}
+
+    def fail(trial: optuna.Trial, params: dict[str, Any], reason: str) -> None:
+        trial.set_user_attr("reason", reason)
+        out[trial.number] = Trial(trial.number, params, "failed", reason, None)
+        raise CandidateFailure(reason)
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        params = dict(defaults) if trial.number == 0 else draw(trial)
+        k = cascade if 0 < cascade < n_traces else n_traces
+        first = evaluate(params, range(k))
+        part = score_of(first)
+        if not part.ok:
+            fail(trial, params, part.error)
+        if k < n_traces:
+            point = (part.resume_ttft_p95_s, -part.recompute_tokens)
+            if any(dominates(ref, point) for ref in reference(k)):
+                out[trial.number] = Trial(trial.number, params, "pruned", f"dominated after {k} traces", part)
+                raise optuna.TrialPruned()
+        score = score_of(first + evaluate(params, range(k, n_traces)))
+        if not score.ok:
+            fail(trial, params, score.error)
+        out[trial.number] = Trial(trial.number, params, "complete", "", score)
+        return score.resume_ttft_p95_s, score.recompute_tokens
+
+    study.optimize(objective, n_trials=n_trials, catch=(CandidateFailure,))
+    best = {t.number for t in study.best_trials}
+    return [Trial(t.number, t.params, "best", t.reason, t.score) if t.number in best and t.state == "complete" else t
+            for t in (out[n] for n in sorted(out))]
+
+
+def program_draw(source: str) -> Callable[[optuna.Trial], dict[str, Any]]:
+    def draw(trial: optuna.Trial) -> dict[str, Any]:
+        drawn = suggest_params(source, trial)
+        if not drawn.ok:
+            trial.set_user_attr("reason", drawn.reason)
+            raise CandidateFailure(drawn.reason)
+        return dict(drawn.params or {})
+
+    return draw
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+
+@dataclass
+class EvolveResult:
+    run_dir: Path
+    archive: SurvivalArchive
+    headline: dict[str, Any]
+    seconds: float
+    simulations: int = 0
+    pruned: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class SurvivalEvolution:
+    """One run in ``run_dir`` (a re-run in the same directory reuses its stored simulations)."""
+
+    def __init__(self, config: EvolveConfig, run_dir: str | Path, *, proposer: Proposer | None = None,
+                 tracker: Any = None, say: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.run_dir / "config.json"
+        if cfg_path.exists() and read_json(cfg_path, dict) != config.to_dict():
+            raise RunDirError(f"{self.run_dir} holds a run with another config; use a new run directory",
+                              field="run_dir", value=str(self.run_dir))
+        write_json(cfg_path, config.to_dict())
+        for sub in ("programs", "proposals", "traces"):
+            (self.run_dir / sub).mkdir(exist_ok=True)
+        self.store = SimStore(self.run_dir / "evaluations.jsonl")
+        self.sim = SimConfig(calibration=calibration_of(config.calibration), pool_tokens=config.pool_tokens,
+                             host_tokens=config.host_tokens, max_batch=config.max_batch)
+        self.train = self._make_traces("train", config.train)
+        self.heldout = self._make_traces("heldout", config.heldout)
+        self.archive = SurvivalArchive()
+        self.seen: set[str] = set()
+        self.pruned = 0
+        self._proposer = proposer
+        self.tracker = tracker
+        self.say = say or (lambda text: None)
+        self.ref = (1.0, 1.0)  # hypervolume reference (p95 TTFT, recompute), fixed once the baselines are tuned
+
+    def _make_traces(self, split: str, spec: TraceSet) -> list[tuple[str, Trace]]:
+        out = []
+        for kind, seed in spec.ids():
+            tr = generate_trace(kind, spec.sessions, seed=seed, time_scale=spec.time_scale,
+                                token_scale=spec.token_scale)
+            tid = f"{split}-{kind}-s{seed}"
+            save_trace(tr, self.run_dir / "traces" / f"{tid}.jsonl")
+            out.append((tid, tr))
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _run(self, spec: str, program: str, source: str | None, params: Mapping[str, Any],
+             traces: Sequence[tuple[str, Trace]]) -> list[dict[str, Any]]:
+        pk = policy_key(spec, program, params)
+        out = []
+        for tid, tr in traces:
+            key = f"{pk}/{tid}"
+            m = self.store.get(key)
+            if m is None:
+                policy = ({"source": source, "params": dict(params)} if spec == "program"
+                          else {"name": spec, "params": dict(params)})
+                turns = sum(len(sess.turns) for sess in tr.sessions)
+                try:
+                    budget = CallBudget(make_survival_policy(policy, self.sim.limits),
+                                        self.config.max_calls_per_turn * turns)
+                except AKVError as err:  # a refused program or a parameter outside its DEFAULTS
+                    full = {"ok": False, "error": str(err), "status": "invalid"}
+                else:
+                    full = simulate(tr, budget, self.sim)
+                m = {k: full.get(k) for k in _KEEP}
+                self.store.put(key, m)
+                self.store.simulated += 1
+            out.append(m)
+        return out
+
+    def _source(self, c: SurvivalCandidate) -> str | None:
+        return (self.run_dir / "programs" / f"{c.program}.py").read_text() if c.spec == "program" else None
+
+    def runs(self, c: SurvivalCandidate, split: str) -> list[dict[str, Any]]:
+        """``c``'s per-trace simulator metrics on ``split`` (``train`` or ``heldout``)."""
+        return self._run(c.spec, c.program, self._source(c), c.params, self.train if split == "train" else self.heldout)
+
+    def _reference(self, k: int) -> list[tuple[float, float]]:
+        out = []
+        for c in self.archive.front():
+            s = score_of(self._run(c.spec, c.program, self._source(c), c.params, self.train[:k]))
+            if s.ok:
+                out.append((s.resume_ttft_p95_s, -s.recompute_tokens))
+        return out
+
+    def _tune(self, spec: str, program: str, source: str | None, label: str, cascade: int) -> list[Trial]:
+        if spec == "program":
+            assert source is not None
+            draw, defaults = program_draw(source), {}
+        else:
+            fam = get_survival_family(spec)
+            draw, defaults = fam.space, asdict(fam.params())
+
+        def evaluate(params: dict[str, Any], idx: Sequence[int]) -> list[dict[str, Any]]:
+            return self._run(spec, program, source, params, [self.train[i] for i in idx])
+
+        trials = tune_survival(draw, defaults, evaluate, study_name=f"{label}-{program[:8]}", seed=self.config.seed,
+                               n_trials=self.config.trials, n_traces=len(self.train), cascade=cascade,
+                               reference=self._reference)
+        self.pruned += sum(t.state == "pruned" for t in trials)
+        return trials
+
+    # ------------------------------------------------------------------ stages
+
+    def run(self) -> EvolveResult:
+        t0 = time.perf_counter()
+        cfg = self.config
+        if self.tracker is not None:
+            self.tracker.start(cfg.to_dict() | {"name": cfg.name})
+        self.say(f"survival-evolve {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out traces, "
+                 f"{len(cfg.families)} families, {len(cfg.seeds)} seeds, {cfg.generations} generations, "
+                 f"{cfg.trials} trials each; run dir {self.run_dir}")
+        status = "FAILED"
+        try:
+            self._baselines()
+            for name in cfg.seeds:
+                self._tune_program(survival_seed_source(name), f"seed:{name}", 0, (), "seed")
+            self._close_generation(0)
+            proposer = self._proposer or SurvivalMutationProposer(record_requests(self.train[0][1], self.sim), self.ref)
+            for g in range(1, cfg.generations + 1):
+                self._generation(g, proposer)
+            headline = self._heldout_and_headline()
+            status = "FINISHED"
+        finally:
+            self._write_outputs()
+            figures: list[Path] = []
+            if status == "FINISHED":
+                from rsi.survival_report import write_report
+
+                figures = write_report(self.run_dir)
+            if self.tracker is not None:
+                self.tracker.finish(self.pareto_rows() if status == "FINISHED" else [], figures, status)
+        seconds = time.perf_counter() - t0
+        write_json(self.run_dir / "state.json", {"status": status.lower(), "seconds": seconds,
+                                                 "simulations_this_run": self.store.simulated,
+                                                 "simulations_stored": len(self.store.rows), "pruned": self.pruned})
+        return EvolveResult(self.run_dir, self.archive, headline, seconds, self.store.simulated, self.pruned)
+
+    def _baselines(self) -> None:
+        for fam in self.config.families:
+            trials = self._tune(fam, fam, None, f"family:{fam}", 0)
+            done = [t for t in trials if t.score is not None and t.state in ("best", "complete")]
+            if not done:
+                reason = next((t.reason for t in trials if t.reason), "every trial failed")
+                c = SurvivalCandidate(candidate_id(fam, {}), fam, f"tuned:{fam}", {}, 0, (), "expert-tuned",
+                                      status=Status.FAILED, reason=reason, expert=True, spec=fam)
+            else:
+                best = min(done, key=lambda t: (t.score.resume_ttft_p95_s, t.score.recompute_tokens, t.number))  # type: ignore[union-attr]
+                c = SurvivalCandidate(candidate_id(fam, best.params), fam, f"tuned:{fam}", best.params, 0, (),
+                                      "expert-tuned", train=best.score, expert=True, spec=fam)
+            self.archive.add(c)
+            self._track(c, None)
+            if c.train is not None:
+                self.say(f"  tuned:{fam:17s} p95 resume TTFT {c.train.resume_ttft_p95_s:.3f} s, recompute "
+                         f"{c.train.recompute_tokens:.0f} tokens/trace")
+        experts = self.archive.scored(experts=True)
+        self.ref = (1.1 * max((c.train.resume_ttft_p95_s for c in experts if c.train), default=1.0),
+                    1.1 * max([1.0] + [c.train.recompute_tokens for c in experts if c.train]))
+
+    def _tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
+                      note: str = "") -> None:
+        sha = source_hash(source)
+        self.seen.add(sha)
+        write_text(self.run_dir / "programs" / f"{sha}.py", source)
+        check = check_program(source)
+        if not check.ok:
+            c = self.archive.add(SurvivalCandidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer,
+                                                   status=Status.REFUSED, reason=check.reason))
+            self._track(c, source)
+            self.say(f"  {label:20s} refused: {check.reason}")
+            return
+        trials = self._tune("program", sha, source, label, self.config.cascade_traces)
+        best = [t for t in trials if t.state == "best"]
+        if not best:
+            reason = next((t.reason for t in trials if t.state == "failed"), "every trial was pruned")
+            if any(t.state == "failed" for t in trials):
+                c = self.archive.add(SurvivalCandidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer,
+                                                       status=Status.FAILED, reason=reason))
+                self._track(c, source)
+            self.say(f"  {label:20s} no scored trial: {reason}")
+            return
+        for t in best:
+            c = self.archive.add(SurvivalCandidate(candidate_id(sha, t.params), sha, label, t.params, g, parents,
+                                                   proposer, train=t.score, reason=note))
+            self._track(c, source)
+        top = min(best, key=lambda t: (t.score.resume_ttft_p95_s, t.score.recompute_tokens))  # type: ignore[union-attr]
+        assert top.score is not None
+        self.say(f"  {label:20s} p95 resume TTFT {top.score.resume_ttft_p95_s:.3f} s, recompute "
+                 f"{top.score.recompute_tokens:.0f} ({proposer}{': ' + note if note else ''})")
+
+    def _generation(self, g: int, proposer: Proposer) -> None:
+        rng = random.Random(f"{self.config.seed}-{g}")
+        parents = self._parents()
+        path = self.run_dir / "proposals" / f"g{g}.json"
+        if path.exists():
+            proposals = [Proposal(p["source"], tuple(p["parents"]), p["proposer"], p.get("note", ""))
+                         for p in read_json(path, list)]
+        else:
+            self.seen |= {c.program for c in self.archive.candidates}
+            proposals = proposer.propose(parents, self.archive, self.config.per_generation, rng, self.seen)  # type: ignore[arg-type]
+            write_json(path, [p.__dict__ | {"parents": list(p.parents)} for p in proposals])
+            write_json(self.run_dir / "proposer_stats.json", proposer.stats.to_dict())
+        self.say(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents")
+        for i, p in enumerate(proposals):
+            self._tune_program(p.source, f"g{g}-p{i}", g, p.parents, p.proposer, p.note)
+        self._close_generation(g)
+
+    def _parents(self) -> list[ParentView]:
+        chosen = list(self.archive.front())
+        for c in sorted(self.archive.scored(), key=lambda c: c.rank_key):
+            if c not in chosen:
+                chosen.append(c)
+        views = []
+        for c in chosen[:self.config.parents]:
+            source = self._source(c)
+            assert source is not None
+            views.append(ParentView(c, source, {"train": c.train.to_dict() if c.train else None}))  # type: ignore[arg-type]
+        return views
+
+    def _close_generation(self, g: int) -> None:
+        front = self.archive.front()
+        hv = self.archive.hypervolume(self.ref)
+        self.archive.hv_history.append({"generation": g, "hypervolume": hv, "front_size": len(front),
+                                        "candidates": len(self.archive.candidates), "ref": list(self.ref)})
+        if self.tracker is not None:
+            self.tracker.generation(g, {"hypervolume": hv, "front_size": float(len(front)),
+                                        "failures": float(len(self.archive.failures()))})
+        self._write_outputs()
+        self.say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.4f}")
+
+    # ------------------------------------------------------------------ held-out, headline
+
+    def _heldout_and_headline(self) -> dict[str, Any]:
+        best = self.archive.best()
+        targets = self.archive.front() + self.archive.scored(experts=True) + ([best] if best else [])
+        for c in targets:
+            if self.archive.get(c.id).heldout is None:
+                self.archive.with_heldout(c.id, score_of(self.runs(c, "heldout")))
+                if self.tracker is not None:
+                    self.tracker.heldout(self.archive.get(c.id))
+        headline = self.headline()
+        write_json(self.run_dir / "headline.json", headline)
+        return headline
+
+    def headline(self) -> dict[str, Any]:
+        """The best evolved candidate vs the best tuned family, both chosen on train, paired over held-out traces."""
+        best, family = self.archive.best(), self.archive.best(experts=True)
+        if best is None or family is None:
+            return {"comparison": None, "reason": "no evolved candidate" if best is None else "no tuned family scored"}
+        a, b = self.runs(best, "heldout"), self.runs(family, "heldout")
+        if not (score_of(a).ok and score_of(b).ok):
+            return {"comparison": None, "reason": "a held-out simulation failed"}
+        n, s = self.config.bootstrap_samples, self.config.seed
+        metrics = {key: paired_over_traces([float(r[key]) for r in a], [float(r[key]) for r in b], samples=n,
+                                           seed=s).to_dict() for key in (TTFT, RECOMPUTE)}
+        return {"comparison": "best evolved vs best tuned family (both chosen on train), held-out, paired over traces",
+                "policy": best.label, "policy_id": best.id, "policy_proposer": best.proposer,
+                "policy_is_seed": best.proposer == "seed", "versus": family.label, "versus_id": family.id,
+                "heldout_traces": [tid for tid, _ in self.heldout], "bootstrap_samples": n, "seed": s,
+                "unit": "trace", "metrics": metrics,
+                "per_trace": {"policy": [{TTFT: r[TTFT], RECOMPUTE: r[RECOMPUTE]} for r in a],
+                              "versus": [{TTFT: r[TTFT], RECOMPUTE: r[RECOMPUTE]} for r in b]}}
+
+    # ------------------------------------------------------------------ outputs
+
+    def pareto_rows(self) -> list[dict[str, Any]]:
+        rows = []
+        for c in self.archive.front() + self.archive.scored(experts=True):
+            rows.append({"id": c.id, "label": c.label, "program": c.program, "params": c.params, "expert": c.expert,
+                         "spec": c.spec, "generation": c.generation, "proposer": c.proposer,
+                         "parents": list(c.parents),
+                         "train": c.train.to_dict() if c.train else None,
+                         "heldout": c.heldout.to_dict() if c.heldout else None,
+                         "train_resume_ttft_p95_s": c.train.resume_ttft_p95_s if c.train else None,
+                         "train_recompute_tokens": c.train.recompute_tokens if c.train else None,
+                         "heldout_resume_ttft_p95_s": c.heldout.resume_ttft_p95_s if c.heldout else None,
+                         "heldout_recompute_tokens": c.heldout.recompute_tokens if c.heldout else None})
+        return rows
+
+    def _write_outputs(self) -> None:
+        self.archive.save(self.run_dir / "archive.json")
+        write_json(self.run_dir / "pareto.json", self.pareto_rows())
+
+    def _track(self, c: SurvivalCandidate, source: str | None) -> None:
+        if self.tracker is not None:
+            self.tracker.candidate(c, source, [])
+
+
+# ---------------------------------------------------------------------------------------------- replay
+
+
+def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall",
+                   engine: Any = None) -> list[dict[str, Any]]:
+    """Replay the ``top`` best candidates on held-out (evolved and tuned families together, by mean
+    p95 resume TTFT then recompute tokens on held-out) on the real engine, on every held-out trace,
+    and write ``confirm.json``: per candidate the simulated and replayed means and per-trace metrics.
+
+    Raises:
+        RunDirError: ``run_dir`` holds no finished survival run.
+    """
+    from evals.workload import ReplayConfig, load_trace, replay
+
+    run = Path(run_dir)
+    archive = SurvivalArchive.load(run / "archive.json")
+    config = config_from_dict_json(read_json(run / "config.json", dict))
+    held = [c for c in archive.candidates if c.heldout is not None and c.heldout.ok]
+    if not held:
+        raise RunDirError(f"{run} has no candidate with a held-out result; run the search first", field="run_dir",
+                          value=str(run))
+    ranked = sorted(held, key=lambda c: (c.heldout.resume_ttft_p95_s, c.heldout.recompute_tokens, c.label))  # type: ignore[union-attr]
+    traces = [(f"heldout-{k}-s{s}", load_trace(run / "traces" / f"heldout-{k}-s{s}.jsonl"))
+              for k, s in config.heldout.ids()]
+    rcfg = ReplayConfig(model=model, pool_tokens=config.pool_tokens, host_tokens=config.host_tokens,
+                        max_batch=config.max_batch, clock=clock)
+    if engine is None:
+        from engine import Engine
+
+        engine = Engine.from_pretrained(model)
+    rows = []
+    for rank, c in enumerate(ranked[:top], 1):
+        source = (run / "programs" / f"{c.program}.py").read_text() if c.spec == "program" else None
+        spec = {"source": source, "params": c.params} if source is not None else {"name": c.spec, "params": c.params}
+        per = []
+        for tid, tr in traces:
+            r = replay(tr, spec, rcfg, engine=engine)
+            per.append({"trace": tid, **{k: r.get(k) for k in _KEEP}})
+        rs = score_of(per)
+        rows.append({"rank": rank, "label": c.label, "id": c.id, "expert": c.expert, "model": model, "clock": clock,
+                     "simulated": c.heldout.to_dict() if c.heldout else None, "replayed": rs.to_dict(),
+                     "per_trace": per})
+    write_json(run / "confirm.json", rows)
+    return rows
+
+
+def config_from_dict_json(d: Mapping[str, Any]) -> EvolveConfig:
+    """An :class:`EvolveConfig` from its ``to_dict`` form (``config.json``)."""
+    t, h = d["train"], d["heldout"]
+    fields: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()
+                              if k not in ("train", "heldout")}
+    return EvolveConfig(TraceSet(tuple(t["kinds"]), tuple(t["seeds"]), t["sessions"], t["time_scale"],
+                                 t["token_scale"]),
+                        TraceSet(tuple(h["kinds"]), tuple(h["seeds"]), h["sessions"], h["time_scale"],
+                                 h["token_scale"]), **fields)
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def describe_headline(h: Mapping[str, Any]) -> list[str]:
+    """The headline in words (what the CLI prints and the report shows)."""
+    if not h.get("comparison"):
+        return [f"No headline comparison: {h.get('reason', 'nothing to compare')}."]
+    lines = [f"{h['policy']}{' (a seed program, not an evolved one)' if h.get('policy_is_seed') else ''} vs "
+             f"{h['versus']} on {len(h['heldout_traces'])} held-out traces (paired over traces, 95% bootstrap):"]
+    for key, unit in ((TTFT, "s"), (RECOMPUTE, "tokens")):
+        m = h["metrics"][key]
+        verdict = ("significantly " + ("lower" if m["delta_ci95"][1] < 0 else "higher")) if m["significant"] else \
+            "not significant"
+        lines.append(f"  {key}: {m['mean_a']:.4g} vs {m['mean_b']:.4g} {unit} per trace, difference "
+                     f"{m['delta']:+.4g} [{m['delta_ci95'][0]:+.4g}, {m['delta_ci95'][1]:+.4g}], "
+                     f"{m['delta_pct']:+.1f}% [{m['delta_pct_ci95'][0]:+.1f}, {m['delta_pct_ci95'][1]:+.1f}]; "
+                     f"{verdict}")
+    return lines
+
+
+def main_cli(args: Any) -> int:
+    """``akv survival-search --evolve CONFIG --run-dir DIR [--confirm-replay N --model M]``."""
+    config = load_config(args.evolve)
+    run_dir = Path(args.run_dir or f"runs/{config.name}")
+    tracker = None
+    if config.tracking:
+        from rsi.survival_tracking import SurvivalTracker
+
+        tracker = SurvivalTracker(run_dir, config.name)
+    evo = SurvivalEvolution(config, run_dir, tracker=tracker, say=lambda text: print(text, flush=True))
+    res = evo.run()
+    for line in describe_headline(res.headline):
+        print(line)
+    print(f"{res.seconds:.1f} s ({res.simulations} simulations, {res.pruned} trials pruned by the cascade); "
+          f"report {(run_dir / 'report.html').resolve()}")
+    if args.confirm_replay:
+        rows = confirm_replay(run_dir, args.confirm_replay, args.model, args.confirm_clock)
+        for r in rows:
+            s, p = r["simulated"] or {}, r["replayed"]
+            print(f"replay #{r['rank']} {r['label']}: p95 resume TTFT simulated {s.get(TTFT)} s, replayed "
+                  f"{p[TTFT]} s; recompute simulated {s.get(RECOMPUTE)}, replayed {p[RECOMPUTE]}")
+    return 0
