@@ -170,6 +170,16 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from rsi.headline import compare_picks, describe
+
+    row = compare_picks(args.run_dir, args.a, args.b, args.split)
+    print(f"{describe(row)} (paired over the {args.split} tasks both have; 95% bootstrap intervals)")
+    print("A pair chosen after looking at held-out results is a post-hoc comparison: the headline's is chosen on "
+          "train.")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from rsi.export import export_pick
 
@@ -306,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write report.html for a run directory")
     r.add_argument("run_dir")
     r.set_defaults(func=_report)
+
+    cmp = sub.add_parser("compare", help="two candidates of a run paired over tasks (stored results; no model)")
+    cmp.add_argument("run_dir")
+    cmp.add_argument("a", help="candidate id, label, or 'best' (as --pick)")
+    cmp.add_argument("b", help="the candidate it is compared with")
+    cmp.add_argument("--split", default="heldout", choices=["heldout", "train"])
+    cmp.set_defaults(func=_compare)
 
     x = sub.add_parser("export", help="write a chosen policy as a standalone module")
     x.add_argument("run_dir")

@@ -35,7 +35,8 @@ def load_archive(run_dir: Path) -> Archive:
 
 
 def pick(archive: Archive, name: str) -> Candidate:
-    """A candidate by id, label, or ``best`` (highest held-out pass rate, then lowest cost)."""
+    """A candidate by id (or a unique start of one, 4 characters or more), label, or ``best`` (highest
+    held-out pass rate, then lowest cost)."""
     if name == "best":
         scored = [c for c in archive.scored() if c.heldout is not None and c.heldout.ok] or archive.scored()
         if not scored:
@@ -45,6 +46,12 @@ def pick(archive: Archive, name: str) -> Candidate:
     for c in archive.candidates:
         if name in (c.id, c.label):
             return c
+    prefixed = [c for c in archive.candidates if len(name) >= 4 and c.id.startswith(name)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if prefixed:
+        raise AKVError(f"{name!r} is the start of {len(prefixed)} candidate ids ({', '.join(c.id for c in prefixed)}); "
+                       "give more of it", field="pick", value=name)
     labels = ", ".join(sorted({c.label for c in archive.candidates}))
     raise AKVError(f"no candidate {name!r} in this run; valid picks: best, an id, or one of: {labels}",
                    field="pick", value=name)

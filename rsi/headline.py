@@ -141,6 +141,42 @@ def build_headline(archive: Archive, heldout_results: Callable[[Candidate], list
     return rows
 
 
+def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -> HeadlineRow:
+    """Any two candidates of a run (id, label or ``best``, as ``akv export --pick``) paired over the
+    tasks of ``split`` both were evaluated on, from the run's evaluation store (nothing is run),
+    with the run's bootstrap settings. ``matched_pass`` is ``True``: the caller chose the pair, so
+    a choice made after looking at held-out results is the caller's to declare.
+
+    Raises:
+        AKVError: an unknown pick, or a pair without paired results on ``split``.
+    """
+    from engine.errors import AKVError
+    from evals.replay import result_from_row
+    from rsi.export import load_archive, pick, pick_spec
+    from rsi.store import EvalStore
+
+    run = Path(run_dir)
+    archive = load_archive(run)
+    config = read_json(run / "config.json", dict)
+    rows = EvalStore(run / "evaluations.jsonl").rows()
+    picked = []
+    for name in (a, b):
+        c, key = pick(archive, name), pick_spec(run, name).key
+        results = {r["task_id"]: result_from_row(r) for r in rows
+                   if r["policy_key"] == key and r["split"] == split and r["ok"]}
+        if not results:
+            raise AKVError(f"{c.label} ({c.id}) has no stored {split} results in {run}", field="pick", value=name)
+        picked.append((c, results))
+    (ca, ra), (cb, rb) = picked
+    shared = sorted(set(ra) & set(rb))
+    if not shared:
+        raise AKVError(f"{ca.label} and {cb.label} share no {split} task", field="pick", value=f"{a} {b}")
+    d = paired_bootstrap(pair_results([ra[t] for t in shared], [rb[t] for t in shared]),
+                         samples=int(config.get("bootstrap_samples", 2000)), seed=int(config.get("seed", 0)))
+    return HeadlineRow(ca.label, ca.id, cb.label, cb.id, True, d.cost_delta_pct, d.cost_delta_ci95, d.pass_delta,
+                       d.pass_delta_ci95, d.n_tasks, d.significant)
+
+
 def write_headline(run_dir: str | Path, rows: Sequence[HeadlineRow]) -> Path:
     path = Path(run_dir) / HEADLINE_FILE
     write_json(path, [r.to_dict() for r in rows])

@@ -29,7 +29,7 @@ from rsi.metrics import Metrics
 from rsi.report import write_report
 from rsi.search import Search
 from rsi.tracking import Tracker
-from tests.rsi.conftest import tiny_config
+from tests.rsi.conftest import TINY, tiny_config
 
 KEYS = {"policy", "versus", "cost_delta_pct", "cost_delta_ci95", "pass_delta", "pass_delta_ci95", "heldout_tasks",
         "significant"}
@@ -196,3 +196,40 @@ def test_bad_headline_settings_are_refused_by_name(key, value):
     with pytest.raises(ConfigError) as err:
         tiny_config(**{key: value})
     assert err.value.field == key
+
+
+# ----------------------------------------------------------------- akv compare
+
+
+def test_compare_pairs_two_picks_from_the_store_by_hand(finished):
+    """``akv compare`` on a finished run: the ratio of summed task costs and the difference of pass
+    rates, recomputed here from the store's rows of the two candidates on train."""
+    from engine.errors import AKVError
+    from rsi.export import load_archive, pick_spec
+    from rsi.headline import compare_picks
+    from rsi.store import EvalStore
+
+    a, b = "expert:rolling_drop(keep_tool_responses=1)", "expert:full"
+    row = compare_picks(finished, a, b, split="train")
+    rows = EvalStore(finished / "evaluations.jsonl").rows()
+
+    def of(name: str) -> dict[str, dict[str, Any]]:
+        key = pick_spec(finished, name).key
+        return {r["task_id"]: r for r in rows if r["policy_key"] == key and r["split"] == "train"}
+
+    ra, rb = of(a), of(b)
+    assert row.heldout_tasks == len(ra) == len(rb) == TINY["data"]["train_tasks"]
+    cost = 100 * (sum(r["cost_cents"] for r in ra.values()) / sum(r["cost_cents"] for r in rb.values()) - 1)
+    rate = {k: sum(r["n_passed"] for r in rs.values()) / sum(r["n_probes"] for r in rs.values())
+            for k, rs in (("a", ra), ("b", rb))}
+    assert row.cost_delta_pct == pytest.approx(cost) and row.pass_delta == pytest.approx(rate["a"] - rate["b"])
+    assert row.cost_delta_ci95[0] <= row.cost_delta_pct <= row.cost_delta_ci95[1]
+    # an id works by its first characters; an unknown pick and a pick without results are one-line errors
+    full_id = next(c.id for c in load_archive(finished).candidates if c.label == b)
+    assert compare_picks(finished, a, full_id[:6], split="train") == row
+    with pytest.raises(AKVError, match="no candidate 'nope'"):
+        compare_picks(finished, "nope", b)
+    failed = [c for c in load_archive(finished).candidates if c.heldout is None]
+    if failed:
+        with pytest.raises(AKVError, match="no stored heldout results"):
+            compare_picks(finished, failed[0].id, b)
