@@ -72,7 +72,11 @@ def pick_spec(run_dir: Path, name: str) -> PolicySpec:
     Raises:
         AKVError: no archive yet, an unknown pick, or a missing program file.
     """
-    c = pick(load_archive(run_dir), name)
+    return spec_of(run_dir, pick(load_archive(run_dir), name))
+
+
+def spec_of(run_dir: Path, c: Candidate) -> PolicySpec:
+    """Candidate ``c`` of the run in ``run_dir`` as a policy to evaluate (see :func:`pick_spec`)."""
     if c.spec == "program":
         return PolicySpec("program", c.params, source=_source(run_dir, c), label=c.label or c.id)
     return PolicySpec(c.spec, c.params, label=c.label or c.spec)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.paired import MIN_TASKS, pair_results, paired_bootstrap
+from evals.paired import MIN_TASKS, PairedDelta, pair_results, paired_bootstrap
 from evals.replay import TaskResult
 from rsi.archive import Archive, Candidate
 from rsi.rundir import read_json, write_json
@@ -50,6 +50,12 @@ class HeadlineRow:
     pass_delta_ci95: tuple[float, float]
     heldout_tasks: int
     significant: bool
+
+    @classmethod
+    def of(cls, policy: Candidate, versus: Candidate, matched_pass: bool, d: PairedDelta) -> HeadlineRow:
+        """The row of ``policy`` against ``versus`` from their paired statistics."""
+        return cls(policy.label, policy.id, versus.label, versus.id, matched_pass, d.cost_delta_pct, d.cost_delta_ci95,
+                   d.pass_delta, d.pass_delta_ci95, d.n_tasks, d.significant)
 
     @property
     def beats(self) -> bool:
@@ -136,8 +142,7 @@ def build_headline(archive: Archive, heldout_results: Callable[[Candidate], list
         if a is None or b is None:
             continue
         d = paired_bootstrap(pair_results(a, b), samples=samples, seed=seed)
-        rows.append(HeadlineRow(policy.label, policy.id, versus.label, versus.id, matched, d.cost_delta_pct,
-                                d.cost_delta_ci95, d.pass_delta, d.pass_delta_ci95, d.n_tasks, d.significant))
+        rows.append(HeadlineRow.of(policy, versus, matched, d))
     return rows
 
 
@@ -152,7 +157,7 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
     """
     from engine.errors import AKVError
     from evals.replay import result_from_row
-    from rsi.export import load_archive, pick, pick_spec
+    from rsi.export import load_archive, pick, spec_of
     from rsi.store import EvalStore
 
     run = Path(run_dir)
@@ -161,7 +166,8 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
     rows = EvalStore(run / "evaluations.jsonl").rows()
     picked = []
     for name in (a, b):
-        c, key = pick(archive, name), pick_spec(run, name).key
+        c = pick(archive, name)
+        key = spec_of(run, c).key
         results = {r["task_id"]: result_from_row(r) for r in rows
                    if r["policy_key"] == key and r["split"] == split and r["ok"]}
         if not results:
@@ -173,8 +179,7 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
         raise AKVError(f"{ca.label} and {cb.label} share no {split} task", field="pick", value=f"{a} {b}")
     d = paired_bootstrap(pair_results([ra[t] for t in shared], [rb[t] for t in shared]),
                          samples=int(config.get("bootstrap_samples", 2000)), seed=int(config.get("seed", 0)))
-    return HeadlineRow(ca.label, ca.id, cb.label, cb.id, True, d.cost_delta_pct, d.cost_delta_ci95, d.pass_delta,
-                       d.pass_delta_ci95, d.n_tasks, d.significant)
+    return HeadlineRow.of(ca, cb, True, d)
 
 
 def write_headline(run_dir: str | Path, rows: Sequence[HeadlineRow]) -> Path:
