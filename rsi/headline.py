@@ -13,11 +13,15 @@ interval excludes 0, the pass interval's lower bound is >= -0.05, and at least 5
 
 Which evolved policy (per expert) is chosen on train, never on held-out (choosing on the split
 that is then reported would flatter it): among evolved candidates with a held-out result, the
-cheapest on train (train mean cost, then label) whose train pass rate is at least the expert's
-(``matched_pass`` true); when none reaches it, the one with the highest train pass rate, then the
-lowest cost (``matched_pass`` false: nothing matched the expert's accuracy). The search evaluates
-exactly these choices on held-out (:func:`heldout_targets`). An empty list means there is nothing
-to compare; :func:`empty_reason` says why.
+cheapest on train (train mean cost, then label) that *matches* the expert on train (``matched_pass``
+true); when none does, the one with the highest train pass rate, then the lowest cost
+(``matched_pass`` false: nothing matched the expert's accuracy). Matching (:class:`TrainMatch`) is
+the held-out significance rule applied to train: a train pass rate at least the expert's, and the
+lower bound of the paired 95% interval of the train pass difference at or above
+``evals.paired.PASS_MARGIN`` (-0.05). The point comparison alone picked, on a 6-task train split, a
+policy that won two tasks and lost two (interval -0.43 to +0.67) and then lost 33 points on held-out.
+The search evaluates exactly these choices on held-out (:func:`heldout_targets`). An empty list
+means there is nothing to compare; :func:`empty_reason` says why.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.paired import MIN_TASKS, PairedDelta, pair_results, paired_bootstrap
+from evals.paired import MIN_TASKS, PASS_MARGIN, PairedDelta, PairingError, pair_results, paired_bootstrap
 from evals.replay import TaskResult
 from rsi.archive import Archive, Candidate
 from rsi.rundir import read_json, write_json
@@ -82,32 +86,65 @@ def _heldout_ok(c: Candidate) -> bool:
     return c.heldout is not None and c.heldout.ok
 
 
-def _choose(candidates: Sequence[Candidate], versus: Candidate) -> tuple[Candidate, bool] | None:
-    """The cheapest of ``candidates`` on train at ``versus``'s train pass rate or above (and ``True``),
-    else the most accurate on train (and ``False``); ``None`` when there is nothing to choose from."""
+Results = Callable[[Candidate], Sequence[TaskResult] | None]
+"""A candidate's per-task results on one split (``None`` when some are not stored)."""
+
+
+@dataclass(frozen=True)
+class TrainMatch:
+    """Whether an evolved candidate matches an expert's accuracy on train (module docstring).
+
+    Attributes:
+        results: per-task train results; a candidate without results on every task the expert has
+            never matches.
+        samples, seed: of the paired bootstrap (as the headline's).
+    """
+
+    results: Results
+    samples: int = 2000
+    seed: int = 0
+
+    def __call__(self, c: Candidate, versus: Candidate) -> bool:
+        if c.train is None or versus.train is None or c.point[1] < versus.point[1]:
+            return False
+        a, b = self.results(c), self.results(versus)
+        if not a or not b:
+            return False
+        try:
+            d = paired_bootstrap(pair_results(a, b), samples=self.samples, seed=self.seed)
+        except PairingError:
+            return False
+        return d.pass_delta_ci95[0] >= PASS_MARGIN
+
+
+def _choose(candidates: Sequence[Candidate], versus: Candidate, match: TrainMatch) -> tuple[Candidate, bool] | None:
+    """The cheapest of ``candidates`` on train that ``match``es ``versus`` (and ``True``), else the
+    most accurate on train (and ``False``); ``None`` when there is nothing to choose from."""
     scored = [c for c in candidates if c.train is not None and c.train.ok]
     if not scored or versus.train is None or not versus.train.ok:
         return None
-    matched = [c for c in scored if c.point[1] >= versus.point[1]]
-    if matched:
-        return min(matched, key=lambda c: (c.point[0], c.label, c.id)), True
+    by_cost = sorted(scored, key=lambda c: (c.point[0], c.label, c.id))
+    matched = next((c for c in by_cost if match(c, versus)), None)
+    if matched is not None:
+        return matched, True
     return min(scored, key=lambda c: (-c.point[1], c.point[0], c.label, c.id)), False
 
 
-def pick_policy(evolved: Sequence[Candidate], versus: Candidate) -> tuple[Candidate, bool] | None:
+def pick_policy(evolved: Sequence[Candidate], versus: Candidate, match: TrainMatch) -> tuple[Candidate, bool] | None:
     """The evolved candidate compared with ``versus`` on held-out, and whether it matched its pass
     rate on train (module docstring)."""
     if not _heldout_ok(versus):
         return None
-    return _choose([c for c in evolved if _heldout_ok(c)], versus)
+    return _choose([c for c in evolved if _heldout_ok(c)], versus, match)
 
 
-def heldout_targets(front: Sequence[Candidate], experts: Sequence[Candidate], best: int) -> list[Candidate]:
+def heldout_targets(front: Sequence[Candidate], experts: Sequence[Candidate], best: int,
+                    match: TrainMatch) -> list[Candidate]:
     """The front members a generation evaluates on held-out: the ``best`` most accurate on train,
     then each expert's match on train (:func:`_choose`), each once, in that order."""
     chosen = sorted(front, key=lambda c: (-c.point[1], c.point[0], c.id))[:best]
     for versus in experts:
-        picked = _choose(front, versus)
+        picked = _choose(front, versus, match)
         if picked is not None and picked[0] not in chosen:
             chosen.append(picked[0])
     return chosen
@@ -122,19 +159,21 @@ def empty_reason(archive: Archive) -> str:
     return ""
 
 
-def build_headline(archive: Archive, heldout_results: Callable[[Candidate], list[TaskResult] | None], *,
+def build_headline(archive: Archive, heldout_results: Results, train_results: Results, *,
                    samples: int, seed: int) -> list[HeadlineRow]:
     """The comparisons of ``archive`` (module docstring).
 
     Args:
         heldout_results: a candidate's per-task held-out results (``None`` when some are not stored;
             that comparison is left out).
-        samples, seed: of the bootstrap (``evals.paired.paired_bootstrap``).
+        train_results: a candidate's per-task train results (for the choice, :class:`TrainMatch`).
+        samples, seed: of the bootstrap (``evals.paired.paired_bootstrap``), on both splits.
     """
+    match = TrainMatch(train_results, samples, seed)
     evolved = archive.scored()
     rows = []
     for versus in (c for c in archive.candidates if c.expert and _heldout_ok(c)):
-        picked = pick_policy(evolved, versus)
+        picked = pick_policy(evolved, versus, match)
         if picked is None:
             continue
         policy, matched = picked

@@ -34,7 +34,7 @@ from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.config import SearchConfig, config_from_dict
 from rsi.executors.base import EvalRequest, Executor
 from rsi.expert_tuning import TUNED, tunable, tune_expert
-from rsi.headline import build_headline, heldout_targets, write_headline
+from rsi.headline import TrainMatch, build_headline, heldout_targets, write_headline
 from rsi.metrics import aggregate
 from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.progress import SearchProgress, plan_evaluations
@@ -486,7 +486,8 @@ class Search:
     def _close_generation(self, g: int) -> None:
         front = self.archive.front()
         with self.progress.unit(self.plan.per_heldout_close):
-            for c in heldout_targets(front, self.archive.scored(experts=True), self.config.heldout_front):
+            match = TrainMatch(self._train_results, self.config.bootstrap_samples, self.config.seed)
+            for c in heldout_targets(front, self.archive.scored(experts=True), self.config.heldout_front, match):
                 if c.heldout is None:
                     m = aggregate(self.evaluate(self._spec(c), self.heldout))
                     self.archive.with_heldout(c.id, m)
@@ -556,7 +557,7 @@ class Search:
     def _write_outputs(self) -> None:
         self.archive.save(self.run_dir / "archive.json")
         write_json(self.run_dir / "pareto.json", self.pareto_rows())
-        write_headline(self.run_dir, build_headline(self.archive, self._heldout_results,
+        write_headline(self.run_dir, build_headline(self.archive, self._heldout_results, self._train_results,
                                                     samples=self.config.bootstrap_samples, seed=self.config.seed))
         if self._executor is not None:
             write_json(self.run_dir / "replicas.json", self._executor.stats())

@@ -17,6 +17,7 @@ from rsi.config import ConfigError
 from rsi.expert_tuning import ExpertTrial, choose, space
 from rsi.headline import (
     HeadlineRow,
+    TrainMatch,
     build_headline,
     describe,
     headline_lines,
@@ -48,27 +49,51 @@ def _cand(cid: str, held: tuple[float, float] | None, *, expert: bool = False, p
 # ----------------------------------------------------------------- choice rules
 
 
-def test_the_cheapest_evolved_policy_at_the_experts_train_pass_rate_is_compared():
-    # held-out results are deliberately the reverse of train: the choice must follow train only
-    evolved = [_cand("a", (0.70, 0.5), train=(0.80, 1.0)), _cand("b", (0.90, 1.0), train=(0.70, 0.5)),
-               _cand("c", (0.60, 2.0), train=(0.75, 0.8)), _cand("d", None, train=(0.9, 0.1))]
-    versus = _cand("e", (0.95, 0.1), expert=True, train=(0.75, 0.9))
-    assert pick_policy(evolved, versus) == (evolved[2], True)  # c: cheapest on train of a, c (train pass >= 0.75)
-    higher = _cand("e2", (0.10, 5.0), expert=True, train=(0.90, 0.9))
-    assert pick_policy(evolved, higher) == (evolved[0], False)  # d has no held-out result; a is the most accurate
-    assert pick_policy([evolved[3]], versus) is None
-    assert pick_policy(evolved, _cand("e3", None, expert=True)) is None
+def _per_task(passed: list[int], probes: int = 1) -> list[Any]:
+    return [SimpleNamespace(task_id=f"t{i}", ok=True, error=None, cost_cents=1.0, n_passed=p,
+                            probes=(None,) * probes) for i, p in enumerate(passed)]
+
+
+def _match(per_task: dict[str, list[int]], probes: int = 1) -> TrainMatch:
+    return TrainMatch(lambda c: _per_task(per_task[c.id], probes) if c.id in per_task else None, 500, 0)
+
+
+def test_the_cheapest_evolved_policy_that_matches_the_expert_on_train_is_compared():
+    # held-out results are deliberately the reverse of train: the choice must follow train only.
+    # Train: 4 tasks of 2 probes; e passes 6 of 8.
+    train = {"a": [2, 2, 2, 1], "b": [1, 1, 2, 1], "c": [2, 2, 1, 1], "d": [2, 2, 2, 2], "w": [1, 1, 2, 2],
+             "e": [2, 2, 1, 1], "e2": [2, 2, 2, 2]}
+    evolved = [_cand("a", (0.70, 0.5), train=(7 / 8, 1.0)), _cand("b", (0.90, 1.0), train=(5 / 8, 0.5)),
+               _cand("c", (0.60, 2.0), train=(6 / 8, 0.8)), _cand("d", None, train=(1.0, 0.1)),
+               _cand("w", (0.99, 0.1), train=(6 / 8, 0.3))]
+    versus = _cand("e", (0.95, 0.1), expert=True, train=(6 / 8, 0.9))
+    match = _match(train, probes=2)
+    # w is the cheapest at e's train pass rate, but it loses 2 tasks and wins 2: the paired interval of
+    # its train pass difference is [-0.5, +0.5] (all four resampled tasks lost has probability 1/16 >
+    # 2.5%), below -0.05. c passes exactly e's tasks (interval [0, 0]) and is cheaper than a.
+    assert not match(evolved[4], versus) and match(evolved[2], versus) and match(evolved[0], versus)
+    assert pick_policy(evolved, versus, match) == (evolved[2], True)
+    higher = _cand("e2", (0.10, 5.0), expert=True, train=(1.0, 0.9))
+    assert pick_policy(evolved, higher, match) == (evolved[0], False)  # d: no held-out result; a: most accurate
+    assert pick_policy([evolved[3]], versus, match) is None
+    assert pick_policy(evolved, _cand("e3", None, expert=True), match) is None
+    # without per-task train results on the expert's tasks nothing matches
+    assert pick_policy(evolved, versus, _match({"e": [2, 2, 1, 1]}, probes=2)) == (evolved[0], False)
+    assert not _match({"c": [2, 2, 1], "e": [2, 2, 1, 1]}, probes=2)(evolved[2], versus)
 
 
 def test_heldout_targets_are_the_most_accurate_and_each_experts_match_on_train():
+    # 10 train tasks of one probe; each candidate passes its first tasks
+    first = {"a": 9, "b": 8, "c": 6, "d": 4, "full": 9, "k12": 5, "std": 3, "te": 10}
+    match = _match({k: [1] * n + [0] * (10 - n) for k, n in first.items()})
     front = [_cand("a", None, train=(0.9, 1.0)), _cand("b", None, train=(0.8, 0.7)),
              _cand("c", None, train=(0.6, 0.5)), _cand("d", None, train=(0.4, 0.2))]
-    experts = [_cand("full", None, expert=True, train=(0.9, 1.1)), _cand("k12", None, expert=True, train=(0.55, 0.8)),
-               _cand("std", None, expert=True, train=(0.3, 0.9)), _cand("te", None, expert=True, train=(0.95, 2.0))]
+    experts = [_cand("full", None, expert=True, train=(0.9, 1.1)), _cand("k12", None, expert=True, train=(0.5, 0.8)),
+               _cand("std", None, expert=True, train=(0.3, 0.9)), _cand("te", None, expert=True, train=(1.0, 2.0))]
     # a: most accurate (and full's match); c: k12's cheapest match; d: std's; te: nothing matches, a again
-    assert [c.id for c in heldout_targets(front, experts, 1)] == ["a", "c", "d"]
-    assert [c.id for c in heldout_targets(front, experts, 2)] == ["a", "b", "c", "d"]
-    assert [c.id for c in heldout_targets(front, [], 0)] == []
+    assert [c.id for c in heldout_targets(front, experts, 1, match)] == ["a", "c", "d"]
+    assert [c.id for c in heldout_targets(front, experts, 2, match)] == ["a", "b", "c", "d"]
+    assert [c.id for c in heldout_targets(front, [], 0, match)] == []
 
 
 def test_the_tuned_expert_is_the_cheapest_trial_at_the_fixed_settings_pass_rate():
@@ -115,7 +140,8 @@ def test_build_headline_pairs_tasks_and_leaves_out_what_it_cannot_compare():
                 "expert:rolling_drop": _results([2, 2, 2], [1, 1, 1]),
                 "expert:rolling_drop (tuned)": _results([2, 3, 2.5], [2, 2, 0])}
     archive = Archive([fixed, tuned, unmeasured, cheap, rich])
-    rows = build_headline(archive, lambda c: per_task.get(c.id), samples=200, seed=0)
+    same_on_train = _results([1, 1, 1], [1, 1, 1])  # every pair matches on train when its pass rate does
+    rows = build_headline(archive, lambda c: per_task.get(c.id), lambda c: same_on_train, samples=200, seed=0)
     assert [(r.policy, r.versus, r.matched_pass) for r in rows] == [
         ("cheap", "expert:rolling_drop", True), ("rich", "expert:rolling_drop (tuned)", True)]
     # by hand: 4.5 / 6 and 9 / 7.5 of the per-task costs; (1+1+1)/6 - (1+1+1)/6 and 5/6 - 4/6 of the probes
@@ -123,7 +149,8 @@ def test_build_headline_pairs_tasks_and_leaves_out_what_it_cannot_compare():
     assert rows[1].cost_delta_pct == pytest.approx(20.0) and rows[1].pass_delta == pytest.approx(1 / 6)
     assert all(r.heldout_tasks == 3 and not r.significant for r in rows)  # 3 tasks: never significant
     assert "only 3 held-out tasks" in describe(rows[0])
-    assert build_headline(Archive([fixed]), lambda c: per_task.get(c.id), samples=200, seed=0) == []
+    assert build_headline(Archive([fixed]), lambda c: per_task.get(c.id), lambda c: same_on_train, samples=200,
+                          seed=0) == []
 
 
 def test_the_headline_words_say_significant_or_nothing_beat_the_experts():
@@ -184,7 +211,8 @@ def test_a_run_without_evolved_held_out_results_has_an_empty_headline_and_says_w
     shutil.copy(finished / "config.json", run / "config.json")
     archive = Archive.load(finished / "archive.json")
     Archive([c for c in archive.candidates if c.expert], archive.hv_history).save(run / "archive.json")
-    write_headline(run, build_headline(Archive.load(run / "archive.json"), lambda c: None, samples=100, seed=0))
+    write_headline(run, build_headline(Archive.load(run / "archive.json"), lambda c: None, lambda c: None,
+                                       samples=100, seed=0))
     assert json.loads((run / "headline.json").read_text()) == []
     write_report(run)
     assert "No headline comparison: no evolved policy has a held-out result" in (run / "report.html").read_text()
