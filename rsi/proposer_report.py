@@ -22,12 +22,16 @@ import matplotlib.pyplot as plt
 from rsi.archive import Archive
 from rsi.niches import DROPPED_EDGES, REPOSITION_EDGES
 from rsi.proposers.bandit import operator_table
+from rsi.proposers.llm import PREFIX
 
 
 def operator_rows(archive: Archive) -> list[dict[str, Any]]:
-    """Per generation and operator (``mutation:<op>`` offspring): offspring, valid (scored) rate,
-    front (success) rate, mean bandit reward."""
-    return [dict(r) for r in operator_table(archive)]
+    """Per generation and operator (``mutation:<op>`` offspring, named ``<op>``) or LLM prompt
+    variant (``llm:<variant>``, named so): offspring, valid (scored) rate, front (success) rate,
+    mean bandit reward."""
+    rows = [dict(r) for r in operator_table(archive)]
+    rows += [{**r, "operator": PREFIX + str(r["operator"])} for r in operator_table(archive, prefix=PREFIX)]
+    return sorted(rows, key=lambda r: (r["generation"], r["operator"]))
 
 
 def niche_rows(run: Path) -> list[dict[str, Any]]:
@@ -75,12 +79,13 @@ def proposer_section(run_dir: str | Path, archive: Archive) -> tuple[str, list[P
     """HTML of the proposer section and the figures it drew."""
     run = Path(run_dir)
     parts = ["<h2>Operators by generation</h2>",
-             "<p>Offspring of each mutation operator (chosen by a UCB1 bandit over these outcomes): the "
+             "<p>Offspring of each mutation operator or LLM prompt variant (<code>llm:</code>; each chosen "
+             "by a UCB1 bandit over these outcomes): the "
              "share that got a train score (valid), the share that entered the evolved front (success) and "
              "the mean bandit reward.</p>"]
     ops = operator_rows(archive)
     parts.append(_table(ops, ["generation", "operator", "offspring", "valid_rate", "front_rate", "mean_reward"])
-                 if ops else "<p>no mutation offspring</p>")
+                 if ops else "<p>no offspring of a proposer</p>")
     stats_path = run / "proposer_stats.json"
     stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
     attempts = [{"operator": k, **v, "validity": v["valid"] / v["attempts"] if v.get("attempts") else None}

@@ -9,6 +9,13 @@ or a smoke run goes back to the model once with the error; whatever comes back i
 bad program ends as a recorded failure with its reason, never silently. Tokens and dollars are
 counted from the endpoint's usage and capped by the config's budget.
 
+Each proposal uses one of four prompt *variants* (:data:`VARIANTS`: ``refine`` one small change,
+``repair`` the failed probes, ``rewrite`` with another idea, ``fragment``: merge one rule of the
+fragment library, shown with its source), chosen by the same UCB1 bandit as the mutation
+operators, rebuilt each generation from the outcomes of the variant's earlier offspring (valid,
+entered the front, hypervolume gain). A proposal is recorded as ``llm:<variant>``; the report's
+operator table has a row per variant and generation.
+
 With ``mutate_instructions`` the proposer's own instruction text is one of the things that
 evolves: each generation the model is asked to rewrite it given how its last proposals scored
 (recursive self-improvement of the proposer), and every version is kept in the run directory.
@@ -26,9 +33,11 @@ from typing import Any
 
 from rsi.archive import Archive, Candidate, Status
 from rsi.config import ProposerConfig
+from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from search_spaces import Episode, api_doc, check_program, run_program
+from search_spaces.fragments import FRAGMENTS, present
 
 INSTRUCTIONS = """You improve KV-cache policies for long-running LLM agents. A policy drops the KV of
 old messages (cheaper: dropped tokens are not re-read) but an agent that later needs a dropped fact
@@ -43,6 +52,19 @@ blocks against the parent program:
 (replacement lines)
 >>>>>>> REPLACE
 Allowed modules: math, re, statistics. No other imports, no files, no dunder names."""
+
+VARIANTS: dict[str, str] = {
+    "refine": "This time: make one small change to the parent (a constant, a condition, a window) that "
+              "lowers its cost without failing more probes.",
+    "repair": "This time: look at the probes it failed and the evidence messages it had dropped, and change "
+              "what it keeps so those facts stay attended, dropping other messages instead.",
+    "rewrite": "This time: write a program around a different idea from the parent's (another rule for which "
+               "messages stop being attended, or when), keeping only what the parent does well.",
+    "fragment": "This time: merge the rule below into the parent's decisions (adapt the names; add its "
+                "parameters to DEFAULTS and to space()), and keep the rest of the parent.",
+}
+"""Prompt variants: the line appended to the prompt for each (``fragment`` also shows a rule's source)."""
+PREFIX = "llm:"
 
 _BLOCK = re.compile(r"<<<<<<< SEARCH\n(.*?)\n=======\n(.*?)\n>>>>>>> REPLACE", re.DOTALL)
 _CODE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
@@ -112,6 +134,7 @@ class LLMProposer(Proposer):
         self.instructions = INSTRUCTIONS
         self.generation = 0
         self.log_path = self.dir / "calls.jsonl"
+        self.bandit: UCB1 | None = None  # the last generation's variant bandit (for inspection)
 
     # ---------------------------------------------------------------- endpoint
 
@@ -134,9 +157,11 @@ class LLMProposer(Proposer):
 
     # ---------------------------------------------------------------- prompts
 
-    def prompt(self, parent: ParentView, archive: Archive | None = None) -> list[dict[str, str]]:
-        """The messages for one proposal from ``parent``; with ``archive``, also the parent's
-        per-family pass-rate change against its own first parent and its children's failures."""
+    def prompt(self, parent: ParentView, archive: Archive | None = None, variant: str = "refine",
+               rng: random.Random | None = None) -> list[dict[str, str]]:
+        """The messages for one proposal from ``parent`` with prompt ``variant`` (:data:`VARIANTS`);
+        with ``archive``, also the parent's per-family pass-rate change against its own first parent
+        and its children's failures. ``rng`` picks the ``fragment`` variant's rule."""
         c = parent.candidate
         fb = parent.feedback
         train = fb.get("train") or {}
@@ -153,6 +178,9 @@ class LLMProposer(Proposer):
                       f"dropped {f['evidence_messages_dropped']}" for f in failed]
         if archive is not None:
             lines += lineage_feedback(c, archive)
+        lines += ["", VARIANTS[variant]]
+        if variant == "fragment":
+            lines += _fragment_lines(parent.source, rng or random.Random(0))
         user = "\n".join([api_doc(), "", *lines, "", FORMAT])
         return [{"role": "system", "content": self.instructions}, {"role": "user", "content": user}]
 
@@ -173,36 +201,51 @@ class LLMProposer(Proposer):
         self.generation += 1
         if self.cfg.mutate_instructions and self.generation > 1:
             self._evolve_instructions(archive)
+        bandit = self.bandit = bandit_from_archive(tuple(VARIANTS), archive, ref_cost_of(archive), PREFIX)
         out: list[Proposal] = []
         for i in range(n):
             parent = parents[i % len(parents)] if parents else None
             if parent is None:
                 break
+            variant = bandit.choose()
             try:
-                messages = self.prompt(parent, archive)
-                reply = self._call(messages)
-                source, note = apply_reply(reply, parent.source)
-                problem = self._problem(source)
-                self.stats.attempts += 1
-                if problem is not None:
-                    retry = [*messages, {"role": "assistant", "content": reply},
-                             {"role": "user", "content": f"That program was refused: {problem}\nFix it. {FORMAT}"}]
-                    source, note = apply_reply(self._call(retry), parent.source)
-                    problem = self._problem(source)
-                    note = f"{note} (after one retry)"
-                    self.stats.attempts += 1
-                if problem is None:
-                    self.stats.valid += 1
+                source, note, problem = self._ask(parent, archive, variant, rng)
             except BudgetExhausted:
                 break
+            counts = self.stats.operators.setdefault(variant, {"attempts": 0, "valid": 0})
+            counts["attempts"] += 1
+            counts["valid"] += problem is None
+            # within a generation, a refused proposal counts as a zero; a valid one as the arm's mean so far
+            bandit.update(variant, 0.0 if problem is not None else (bandit.mean(variant) if bandit.pulls.get(variant)
+                                                                    else 0.5))
             if source_hash(source) in seen:
                 continue
             seen.add(source_hash(source))
-            out.append(Proposal(source, (parent.candidate.id,), "llm", note))
+            out.append(Proposal(source, (parent.candidate.id,), PREFIX + variant, note))
         return out
 
+    def _ask(self, parent: ParentView, archive: Archive, variant: str,
+             rng: random.Random) -> tuple[str, str, str | None]:
+        """One proposal with ``variant``: the program, a note, and why it is refused (``None``: valid).
+        A refused program goes back to the model once with the reason."""
+        messages = self.prompt(parent, archive, variant, rng)
+        reply = self._call(messages)
+        source, note = apply_reply(reply, parent.source)
+        problem = self._problem(source)
+        self.stats.attempts += 1
+        if problem is not None:
+            retry = [*messages, {"role": "assistant", "content": reply},
+                     {"role": "user", "content": f"That program was refused: {problem}\nFix it. {FORMAT}"}]
+            source, note = apply_reply(self._call(retry), parent.source)
+            problem = self._problem(source)
+            note = f"{note} (after one retry)"
+            self.stats.attempts += 1
+        if problem is None:
+            self.stats.valid += 1
+        return source, f"{variant}: {note}", problem
+
     def _evolve_instructions(self, archive: Archive) -> None:
-        recent = [c for c in archive.candidates if c.proposer == "llm"][-6:]
+        recent = [c for c in archive.candidates if c.proposer.startswith(PREFIX)][-6:]
         summary = "\n".join(f"- {c.label}: status {c.status.value}"
                             + (f", pass {c.train.pass_rate:.3f}, cost {c.train.cost_cents_mean:.4f}c" if c.train
                                else f", reason: {c.reason[:120]}") for c in recent) or "- (no proposals scored yet)"
@@ -220,3 +263,11 @@ class LLMProposer(Proposer):
 
     def __getstate__(self) -> dict[str, Any]:  # pragma: no cover - proposers stay in the driver
         raise TypeError("LLMProposer is not picklable")
+
+
+def _fragment_lines(source: str, rng: random.Random) -> list[str]:
+    """The ``fragment`` variant's rule: one the parent does not have yet (any when it has them all)."""
+    missing = [f for f in FRAGMENTS if f not in present(source)] or list(FRAGMENTS)
+    frag = FRAGMENTS[rng.choice(missing)]
+    return [f"Rule {frag.name}: {frag.doc}", f"Its parameters and defaults: {json.dumps(frag.defaults)}",
+            "```python", frag.source.strip(), "```"]

@@ -63,7 +63,7 @@ def test_scripted_endpoint_good_broken_and_malicious_programs(tmp_path, tiny_pla
         run = tmp_path / "llm"
         Search(cfg, run, engine=tiny_plain).run()
     archive = Archive.load(run / "archive.json")
-    llm = [c for c in archive.candidates if c.proposer == "llm"]
+    llm = [c for c in archive.candidates if c.proposer.startswith("llm:")]
     refused = [c for c in llm if c.status is Status.REFUSED]
     assert len(refused) == 2, [(c.label, c.status, c.reason) for c in llm]
     reasons = " | ".join(c.reason for c in refused)
@@ -102,7 +102,7 @@ def test_llm_proposer_against_akv_serve_with_the_default_model(tmp_path, tiny_pl
         run = tmp_path / "gemma"
         Search(cfg, run, engine=tiny_plain).run()
     archive = Archive.load(run / "archive.json")
-    llm = [c for c in archive.candidates if c.proposer == "llm"]
+    llm = [c for c in archive.candidates if c.proposer.startswith("llm:")]
     assert llm, "the model's proposal must be recorded"
     for c in llm:
         assert c.status is not Status.OK and c.reason, (c.label, c.status, c.reason)
@@ -119,10 +119,11 @@ def test_prompt_carries_family_deltas_and_failures_of_the_parent(tmp_path):
     a.add(Candidate("p", "p", "seed:x", {}, 0, train=Metrics(0.5, 1.0, 2, 4, per_family={"f1": 0.5, "f2": 1.0})))
     c = a.add(Candidate("c", "c", "g1-p0", {}, 1, ("p",), "mutation:constant",
                         train=Metrics(0.6, 0.9, 2, 4, per_family={"f1": 0.75, "f2": 0.5})))
-    a.add(Candidate("bad", "b", "g2-p3", {}, 2, ("c",), "llm", status=Status.REFUSED, reason="line 1: import of 'os'"))
+    a.add(Candidate("bad", "b", "g2-p3", {}, 2, ("c",), "llm:refine", status=Status.REFUSED,
+                    reason="line 1: import of 'os'"))
     lines = lineage_feedback(c, a)
     assert 'against its parent seed:x: {"f1": 0.25, "f2": -0.5}' in lines[0]
-    assert lines[-1] == "- g2-p3 (llm): refused: line 1: import of 'os'"
+    assert lines[-1] == "- g2-p3 (llm:refine): refused: line 1: import of 'os'"
     assert lineage_feedback(a.get("p"), a) == []  # a seed: no parent, no failed children
     # The prompt carries them (no endpoint needed to build a prompt).
     from rsi.proposers.llm import LLMProposer
@@ -130,3 +131,32 @@ def test_prompt_carries_family_deltas_and_failures_of_the_parent(tmp_path):
     cfg = tiny_config(proposer={"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
     prompt = LLMProposer(cfg.proposer, [], tmp_path).prompt(ParentView(c, GOOD, {}), a)
     assert "Pass rate change per task family" in prompt[-1]["content"] and "import of 'os'" in prompt[-1]["content"]
+
+
+def test_prompt_variants_are_chosen_by_a_bandit_over_their_offspring(tmp_path, tiny_plain):
+    """Generation 1 tries each variant once (UCB1 pulls untried arms in order); only ``refine``'s
+    program is valid, so generation 2 asks with ``refine`` first. The report's operator table has a
+    row per variant."""
+    from rsi.proposer_report import operator_rows
+    from rsi.proposers.llm import VARIANTS
+
+    # refine good; repair, rewrite, fragment refused twice (distinct programs: repeats are not proposed)
+    first = [f"```python\n{GOOD}```"] + [f"{BROKEN}# {i}\n" for i in range(6)]
+    seen: list[dict] = []
+    with ServerThread(scripted_app(iter([*first, DIFF]), seen)) as srv:
+        cfg = tiny_config(generations=2, proposer={"kind": "llm", "base_url": srv.base_url + "/v1",
+                                                   "model": "scripted", "per_generation": 4})
+        run = tmp_path / "variants"
+        Search(cfg, run, engine=tiny_plain).run()
+    asked = [body["messages"][-1]["content"] for body in seen if len(body["messages"]) == 2]
+    order = [next(v for v, line in VARIANTS.items() if line in text) for text in asked]
+    assert order[:4] == ["refine", "repair", "rewrite", "fragment"] and order[4] == "refine", order
+    fragment_prompt = asked[3]
+    assert "Rule " in fragment_prompt and "def frag_" in fragment_prompt  # the rule's source is shown
+    archive = Archive.load(run / "archive.json")
+    made = {c.proposer for c in archive.candidates if c.generation == 1 and not c.expert}
+    assert made >= {"llm:refine", "llm:repair", "llm:rewrite", "llm:fragment"}
+    rows = {(r["generation"], r["operator"]): r for r in operator_rows(archive)}
+    assert rows[(1, "llm:refine")]["valid_rate"] == 1.0 and rows[(1, "llm:repair")]["valid_rate"] == 0.0
+    stats = json.loads((run / "proposer_stats.json").read_text())["operators"]
+    assert stats["refine"]["valid"] >= 1 and stats["repair"]["attempts"] >= 1 and stats["repair"]["valid"] == 0
