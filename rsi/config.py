@@ -44,13 +44,16 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Which tasks: suite name or path, how many per split (0 = all, chosen evenly by family), and the
-    longest task to use (tokens under the gemma template; 0 = no limit)."""
+    """Which tasks: suite name or path, how many per split (0 = all, chosen evenly by family), the
+    longest task to use (tokens under the gemma template; 0 = no limit), and how many of the held-out
+    split's evenly chosen tasks to skip first (``heldout_offset``: a later run can be judged on
+    held-out tasks an earlier run never saw)."""
 
     suite: str = "default"
     train_tasks: int = 8
     heldout_tasks: int = 6
     max_task_tokens: int = 0
+    heldout_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,10 @@ class SearchConfig:
             (self.executor.server_health_timeout_s > 0, "executor.server_health_timeout_s",
              self.executor.server_health_timeout_s, "> 0"),
             (self.generations >= 0, "generations", self.generations, ">= 0"),
+            (_count(self.data.train_tasks, 0), "data.train_tasks", self.data.train_tasks, "an integer >= 0"),
+            (_count(self.data.heldout_tasks, 0), "data.heldout_tasks", self.data.heldout_tasks, "an integer >= 0"),
+            (_count(self.data.heldout_offset, 0), "data.heldout_offset", self.data.heldout_offset,
+             "an integer >= 0"),
             (self.optuna.trials >= 1, "optuna.trials", self.optuna.trials, ">= 1"),
             (self.proposer.per_generation >= 1, "proposer.per_generation", self.proposer.per_generation, ">= 1"),
             (isinstance(self.cascade.enabled, bool), "cascade.enabled", self.cascade.enabled, "true or false"),
@@ -289,8 +296,8 @@ _SECTIONS = {"model": ModelConfig, "data": DataConfig, "eval": EvalSettings, "pr
              "optuna": OptunaConfig, "cascade": CascadeConfig, "executor": ExecutorConfig}
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _count(value: Any, least: int = 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:

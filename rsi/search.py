@@ -31,7 +31,7 @@ from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id
-from rsi.config import SearchConfig, config_from_dict
+from rsi.config import ConfigError, SearchConfig, config_from_dict
 from rsi.executors.base import EvalRequest, Executor
 from rsi.expert_tuning import TUNED, tunable, tune_expert
 from rsi.headline import TrainMatch, build_headline, heldout_targets, write_headline
@@ -218,7 +218,7 @@ class Search:
         log.info("search %s attempt %d in %s; config %s", cfg.name, self.state["attempt"], self.run_dir,
                  json.dumps(cfg.to_dict()))
         self.train = select_tasks(self._suite("train"), cfg.data.train_tasks)
-        self.heldout = select_tasks(self._suite("heldout"), cfg.data.heldout_tasks)
+        self.heldout = self._heldout_tasks()
         print(f"search {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out tasks, "
               f"{cfg.generations} generations, run dir {self.run_dir}", flush=True)
         check = self.store.check
@@ -507,6 +507,19 @@ class Search:
         best = max(front, key=lambda c: c.point[1], default=None)
         self._say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
                   + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""))
+
+    def _heldout_tasks(self) -> list[Task]:
+        """``data.heldout_tasks`` held-out tasks after the first ``data.heldout_offset`` (``select_tasks``).
+
+        Raises:
+            ConfigError: the offset leaves no held-out task.
+        """
+        pool, data = self._suite("heldout"), self.config.data
+        try:
+            return select_tasks(pool, data.heldout_tasks, data.heldout_offset)
+        except ValueError as err:
+            raise ConfigError(f"data.heldout_offset: {err}", field="data.heldout_offset",
+                              value=data.heldout_offset) from None
 
     def _train_results(self, c: Candidate) -> list[TaskResult]:
         """``c``'s stored train results (those evaluated; nothing is run)."""

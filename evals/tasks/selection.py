@@ -8,19 +8,21 @@ from collections.abc import Sequence
 from evals.tasks.schema import Task
 
 
-def select_tasks(tasks: Sequence[Task], n: int) -> list[Task]:
+def select_tasks(tasks: Sequence[Task], n: int, offset: int = 0) -> list[Task]:
     """``n`` tasks (0 = all) spread evenly over families: the first of each family (families in
-    sorted order), then the second of each, and so on, keeping the suite's order within a family."""
-    if n <= 0 or n >= len(tasks):
+    sorted order), then the second of each, and so on, keeping the suite's order within a family.
+    ``offset`` skips the first ``offset`` tasks of that order (so ``select_tasks(ts, n, n)`` are the
+    ``n`` tasks that ``select_tasks(ts, 2 * n)`` adds to ``select_tasks(ts, n)``).
+
+    Raises:
+        ValueError: ``offset`` leaves no task.
+    """
+    if offset == 0 and (n <= 0 or n >= len(tasks)):
         return list(tasks)
+    if offset >= len(tasks):
+        raise ValueError(f"offset must be below the {len(tasks)} tasks, got {offset}")
     by: dict[str, list[Task]] = defaultdict(list)
     for t in tasks:
         by[t.family].append(t)
-    out: list[Task] = []
-    i = 0
-    while len(out) < n:
-        for fam in sorted(by):
-            if i < len(by[fam]) and len(out) < n:
-                out.append(by[fam][i])
-        i += 1
-    return out
+    ordered = [by[fam][i] for i in range(max(map(len, by.values()))) for fam in sorted(by) if i < len(by[fam])]
+    return ordered[offset:offset + n] if n > 0 else ordered[offset:]
