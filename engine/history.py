@@ -2,7 +2,7 @@
 
 An *event history* is a sequence of items: token ids (``int``) and cache events (:class:`Drop`,
 :class:`Reposition`), optionally led by a tenant's :class:`Salt`. It is the key of the radix tree,
-because a token's KV is a pure function of the items before it (DESIGN.md, invariant 1).
+because a token's KV is a pure function of the items before it (docs/architecture.md, invariant 1).
 :func:`replay` walks a history once and records, for every token, the position it was computed at
 and, for every run of tokens between events (a *segment*), the view it attended to: the alive
 tokens and their positions at that time.
@@ -129,16 +129,6 @@ class History:
     @property
     def n_tokens(self) -> int:
         return int(self.token_ids.shape[0])
-
-    def segment_of(self, token: int) -> Segment:
-        lo, hi = 0, len(self.segments)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.segments[mid].end <= token:
-                lo = mid + 1
-            else:
-                hi = mid
-        return self.segments[lo]
 
 
 def replay(items: Sequence[Item]) -> History:

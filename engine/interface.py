@@ -27,7 +27,7 @@ class ChatEngine(Protocol):
     Contract:
         - ``render``/``layout``/``accountant``/``renderer`` are local and exact: token counts and
           the dry-run usage of a request equal what :meth:`chat` reports for it when the engine's
-          cache has seen the same requests (invariant 4 of DESIGN.md).
+          cache has seen the same requests (invariant 4 of docs/architecture.md).
         - :meth:`chat` with ``temperature=0`` is deterministic for a given cache state history.
         - usage partitions the prompt: ``prompt = prefill + cached + drop_skipped``.
         - caller mistakes (bad schedule, messages, sampling values, too long a prompt) raise the

@@ -229,15 +229,3 @@ class Renderer:
             raise MessageError("tokenizer offsets disagree with its encoding; text_drop is unavailable",
                                field="drop_rule", value=None)
         return offsets
-
-
-def check_append_only(old: Rendered, new: Rendered) -> None:
-    """Raise :class:`MessageError` if ``new`` edits rather than extends ``old``'s messages."""
-    if len(new.messages) < len(old.messages):
-        raise MessageError(
-            f"messages: the history had {len(old.messages)} messages and this request has {len(new.messages)}; "
-            "messages may only be appended", field="messages", value=len(new.messages))
-    for i, (a, b) in enumerate(zip(old.messages, new.messages)):
-        if a != b:
-            raise MessageError(f"messages[{i}] differs from the session's history; messages may only be appended",
-                               field=f"messages[{i}]", value=b.get("content"))

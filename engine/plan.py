@@ -1,7 +1,7 @@
 """Request planning: what to reuse, what to compute, what to skip, and the exact token accounting.
 
 Shared by the engine and the dry-run accountant, so both make the same tree decisions and report
-the same usage (DESIGN.md, invariant 4). Per request, over the tokens of its history:
+the same usage (docs/architecture.md, invariant 4). Per request, over the tokens of its history:
 
 - *needed*: alive at the end (the generation attends to them), or attended to by a token that
   must be computed (its segment's view, and its own segment's earlier tokens);
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.history import History, Item, Reposition
+from engine.history import History, Item
 from engine.kvstore import Payload
 from engine.radix import KVState, MatchResult, Node, RadixTree
 
@@ -228,6 +228,3 @@ def release(tree: RadixTree, node: Node) -> None:
         tree.unlock(node)
 
 
-def reposition_items(items: Sequence[Item]) -> list[int]:
-    """Indices of Reposition events in ``items`` (for tests and reports)."""
-    return [i for i, it in enumerate(items) if isinstance(it, Reposition)]

@@ -76,13 +76,6 @@ class Schedule:
     def is_empty(self) -> bool:
         return not self.drops and not self.repositions
 
-    @property
-    def max_id(self) -> int:
-        """The largest message id the schedule mentions (-1 when empty)."""
-        ids = [t for t, _ in self.drops] + list(self.repositions)
-        ids += [d.message for _, ds in self.drops for d in ds]
-        return max(ids, default=-1)
-
     def drops_at(self, trigger: int) -> tuple[DropTarget, ...]:
         for t, targets in self.drops:
             if t == trigger:

@@ -1,6 +1,6 @@
 """The cost model: token usage times a rate table, per request and per task. Pure functions.
 
-Per request (DESIGN.md, "Accounting")::
+Per request (docs/architecture.md, "Accounting")::
 
     input  = prefill_tokens     x input rate          newly computed tokens
     cached = cached_tokens      x cached-input rate   active KV read from the tree (kept, not dropped)

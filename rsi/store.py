@@ -2,7 +2,7 @@
 
 Results are appended to ``evaluations.jsonl`` in the run directory and flushed to disk before
 :meth:`EvalStore.put` returns, so a search killed at any point loses nothing it finished and a
-resumed search never recomputes it (DESIGN.md, invariant 5). Failed evaluations are stored too:
+resumed search never recomputes it (docs/architecture.md, invariant 5). Failed evaluations are stored too:
 a failure is a result.
 
 One record per line: ``{"key": ..., "row": ..., "sha256": ...}``, where ``sha256`` is the digest

@@ -10,7 +10,7 @@ must be finite, and ``stop`` strings must be non-empty. Bodies are parsed by ``e
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -140,9 +140,3 @@ class CacheLoadRequest(BaseModel):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
 
 
-class ErrorBody(BaseModel):
-    message: str
-    type: Literal["invalid_request_error", "server_error", "overloaded_error", "timeout_error",
-                  "not_found_error"]
-    param: str | None = None
-    code: str | None = None

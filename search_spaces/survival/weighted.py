@@ -1,7 +1,7 @@
 """``weighted`` -- the four-axis survival score, with weights that adapt to the workload.
 
 Mature designs weigh recompute cost, expected gap, reference distance and intent relevance
-(DESIGN.md). Each axis is put in [0, 1]::
+(docs/survival.md). Each axis is put in [0, 1]::
 
     cost   = T_fwd(C) / (T_fwd(C) + ref_cost_s)              recompute cost (keep the costly)
     gap    = R / (R + ref_gap_s)                              R = expected remaining pause
