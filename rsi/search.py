@@ -94,6 +94,7 @@ class Search:
         self.niches: NicheMap | None = None  # diversity niches, rebuilt as each generation closes
         self._proxy: ProxyReplay | None = None  # the cascade's zero-forward fidelity (cascade.enabled)
         self.fidelity_pairs: dict[str, tuple[float, float]] = {}  # policy -> (predicted, model) pass on train
+        self.expert_trials: list[tuple[PolicySpec, float]] = []  # expert-tuning trials finished: model train pass
         self.screened = 0  # proxy trials this attempt
         self.speed = FidelitySpeed()  # policy-task evaluations and their seconds per fidelity, this attempt
         self._progress_enabled = progress
@@ -312,6 +313,8 @@ class Search:
                                     sampler=self.config.optuna.sampler, seed=self.config.seed,
                                     n_trials=self.config.optuna.trials,
                                     evaluate=lambda s: self.evaluate(s, self.train))
+                self.expert_trials += [(PolicySpec(spec.name, t.params), t.train.pass_rate) for t in tuned.trials
+                                       if t.train is not None and t.train.ok]
                 if tuned.best is None or tuned.best.train is None:
                     reason = next((t.reason for t in tuned.trials if t.reason), "no trial finished")
                     self._say(f"  expert {tuned.label:44s} not tuned: {reason}")
@@ -332,8 +335,9 @@ class Search:
 
     def _make_proxy(self) -> ProxyReplay:
         """The cascade's zero-forward fidelity: the two model controls on train (``full`` and
-        ``drop_evidence``, stored like any evaluation), then every expert's prediction beside its
-        model numbers (the first points of the fidelity check)."""
+        ``drop_evidence``, stored like any evaluation), then the prediction of every expert and every
+        setting the experts' tuning ran beside its model numbers (the first points of the fidelity
+        check; the ids of tuning trials are the ids their settings would have as experts)."""
         with self.progress.unit(2 * len(self.train)):
             self.progress.replan(2 * len(self.train))
             full = self.evaluate(PolicySpec("full"), self.train)
@@ -347,6 +351,12 @@ class Search:
                 predicted = aggregate(proxy.evaluate_many(self._spec(c), self.train))
                 if predicted.ok:
                     self.fidelity_pairs[c.id] = (predicted.pass_rate, c.train.pass_rate)
+        for spec, measured in self.expert_trials:  # every other setting the experts' tuning ran on train
+            key = candidate_id(spec.name, dict(spec.params))
+            if key not in self.fidelity_pairs:
+                predicted = aggregate(proxy.evaluate_many(spec, self.train))
+                if predicted.ok:
+                    self.fidelity_pairs[key] = (predicted.pass_rate, measured)
         self._write_fidelity()
         return proxy
 

@@ -145,3 +145,39 @@ def test_fidelity_speed_is_evaluations_per_minute_per_fidelity():
     assert s.per_minute("model") == pytest.approx(10.0) and s.per_minute("proxy") == pytest.approx(6000.0)
     assert s.ratio == pytest.approx(600.0)
     assert s.to_dict()["counts"] == {"model": 2, "proxy": 30}
+
+
+def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_path, tiny_plain):
+    """Each expert-tuning trial is a distinct policy the model already evaluated on train: its
+    prediction joins the Spearman check beside the pass rate recomputed here from the stored rows."""
+    import json
+
+    import optuna
+
+    from evals.replay import PolicySpec, result_from_row
+    from rsi.archive import candidate_id
+    from rsi.expert_tuning import space
+    from rsi.metrics import aggregate
+    from rsi.search import Search
+    from rsi.store import EvalStore
+    from tests.rsi.conftest import tiny_config
+
+    config = tiny_config(generations=0, optuna={"trials": 3},
+                         cascade={"enabled": True, "trials": 2, "promote": 1, "margin": 0.0})
+    run = tmp_path / "run"
+    Search(config, run, engine=tiny_plain).run()
+    pairs = json.loads((run / "fidelity.json").read_text())["pairs"]
+    rows = EvalStore(run / "evaluations.jsonl").rows()
+    study = optuna.load_study(study_name="expert-tuned:rolling_drop-a1", storage=f"sqlite:///{run / 'optuna.db'}")
+    fixed = PolicySpec("rolling_drop", {"keep_tool_responses": 1})
+    settings = {json.dumps(space(fixed)(optuna.trial.FixedTrial(t.params)), sort_keys=True)
+                for t in study.trials if t.state is optuna.trial.TrialState.COMPLETE}
+    assert settings
+    for text in settings:
+        params = json.loads(text)
+        spec = PolicySpec("rolling_drop", params)
+        stored = [result_from_row(r) for r in rows if r["policy_key"] == spec.key and r["split"] == "train"]
+        assert len(stored) == config.data.train_tasks
+        pair = pairs[candidate_id("rolling_drop", params)]
+        assert pair["model_pass"] == pytest.approx(aggregate(stored).pass_rate)
+        assert 0 <= pair["predicted_pass"] <= 1
