@@ -54,6 +54,7 @@ from evals.workload import SimConfig, Trace, generate_trace, load_calibration, s
 from evals.workload.calibration import Calibration, assumed_gpu, default_calibration
 from evals.workload.generate import KINDS
 from rsi.archive import Status, candidate_id
+from rsi.config import ProposerConfig
 from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
@@ -67,7 +68,7 @@ from rsi.survival_archive import (
     paired_over_traces,
     score_of,
 )
-from rsi.survival_proposer import SurvivalMutationProposer, record_requests
+from rsi.survival_proposer import SurvivalLLMProposer, SurvivalMutationProposer, record_requests
 from rsi.tuning import CandidateFailure, make_sampler, study_seed
 from search_spaces import check_program, suggest_params
 from search_spaces.errors import ProgramFailure
@@ -123,9 +124,13 @@ class EvolveConfig:
     max_calls_per_turn: int = 20
     bootstrap_samples: int = 2000
     tracking: bool = True
+    llm: ProposerConfig | None = None  # proposer.kind: llm (None: the mutation proposer)
 
     def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))
+        d = json.loads(json.dumps(asdict(self)))
+        if d["llm"] is None:
+            del d["llm"]  # (config.json of a mutation run reads as before the field existed)
+        return d
 
 
 _TOP = {"name", "seed", "train", "heldout", "simulator", "seeds", "families", "generations", "proposer", "optuna",
@@ -190,7 +195,8 @@ def config_from_dict(raw: Any) -> EvolveConfig:
                                 field="heldout.seeds", value=seed)
     sim = _section(raw, "simulator", {"calibration", "pool_tokens", "host_tokens", "max_batch",
                                       "max_calls_per_turn"})
-    prop = _section(raw, "proposer", {"per_generation", "parents"})
+    prop = _section(raw, "proposer", {"per_generation", "parents", "kind", *LLM_KEYS})
+    llm = _llm(prop)
     opt = _section(raw, "optuna", {"trials"})
     cas = _section(raw, "cascade", {"traces"})
     seeds = tuple(raw.get("seeds", SURVIVAL_SEEDS))
@@ -227,7 +233,35 @@ def config_from_dict(raw: Any) -> EvolveConfig:
                         _int(raw, "generations", "", 2, 0), _int(prop, "per_generation", "proposer.", 4, 1),
                         _int(prop, "parents", "proposer.", 3, 1), _int(opt, "trials", "optuna.", 8, 1), cascade,
                         _int(sim, "max_calls_per_turn", "simulator.", 20, 1),
-                        _int(raw, "bootstrap_samples", "", 2000, 100), tracking)
+                        _int(raw, "bootstrap_samples", "", 2000, 100), tracking, llm)
+
+
+LLM_KEYS = frozenset({"base_url", "model", "api_key_env", "max_tokens", "temperature", "budget_usd", "budget_tokens",
+                      "price_in", "price_out", "timeout_s"})
+"""The ``proposer`` keys of ``kind: llm`` (as the cache search's ``rsi.config.ProposerConfig``)."""
+
+
+def _llm(prop: Mapping[str, Any]) -> ProposerConfig | None:
+    """The LLM proposer's settings (``None`` for ``kind: mutation``, the default)."""
+    kind = prop.get("kind", "mutation")
+    if kind not in ("mutation", "llm"):
+        raise EvolveConfigError(f"proposer.kind must be mutation or llm, got {show(kind)}", field="proposer.kind",
+                                value=kind)
+    given = {k: v for k, v in prop.items() if k in LLM_KEYS}
+    if kind == "mutation":
+        if given:
+            key = sorted(given)[0]
+            raise EvolveConfigError(f"proposer.{key} is a setting of proposer.kind: llm, and kind is mutation",
+                                    field=f"proposer.{key}", value=given[key])
+        return None
+    for key in ("base_url", "model"):
+        if not isinstance(given.get(key), str) or not given[key]:
+            raise EvolveConfigError(f"proposer.kind: llm needs proposer.{key}, got {show(given.get(key))}",
+                                    field=f"proposer.{key}", value=given.get(key))
+    try:
+        return ProposerConfig(kind="llm", **given)
+    except TypeError as err:
+        raise EvolveConfigError(f"proposer: {err}", field="proposer", value=None) from None
 
 
 def load_config(path: str | Path) -> EvolveConfig:
@@ -508,7 +542,7 @@ class SurvivalEvolution:
             for name in cfg.seeds:
                 self._tune_program(survival_seed_source(name), f"seed:{name}", 0, (), "seed")
             self._close_generation(0)
-            proposer = self._proposer or SurvivalMutationProposer(record_requests(self.train[0][1], self.sim), self.ref)
+            proposer = self._proposer or self._make_proposer()
             for g in range(1, cfg.generations + 1):
                 self._generation(g, proposer)
             headline = self._heldout_and_headline()
@@ -580,6 +614,13 @@ class SurvivalEvolution:
         self.say(f"  {label:20s} p95 resume TTFT {top.score.resume_ttft_p95_s:.3f} s, recompute "
                  f"{top.score.recompute_tokens:.0f} ({proposer}{': ' + note if note else ''})")
 
+    def _make_proposer(self) -> Proposer:
+        """The configured proposer; both check programs on decision points of a train simulation."""
+        requests = record_requests(self.train[0][1], self.sim)
+        if self.config.llm is not None:
+            return SurvivalLLMProposer(self.config.llm, requests, self.ref, self.run_dir)
+        return SurvivalMutationProposer(requests, self.ref)
+
     def _generation(self, g: int, proposer: Proposer) -> None:
         rng = random.Random(f"{self.config.seed}-{g}")
         parents = self._parents()
@@ -602,11 +643,13 @@ class SurvivalEvolution:
         for c in sorted(self.archive.scored(), key=lambda c: c.rank_key):
             if c not in chosen:
                 chosen.append(c)
+        baselines = {c.label: c.train.to_dict() for c in self.archive.candidates if c.expert and c.train is not None}
         views = []
         for c in chosen[:self.config.parents]:
             source = self._source(c)
             assert source is not None
-            views.append(ParentView(c, source, {"train": c.train.to_dict() if c.train else None}))  # type: ignore[arg-type]
+            views.append(ParentView(c, source, {"train": c.train.to_dict() if c.train else None,  # type: ignore[arg-type]
+                                                "baselines": baselines}))
         return views
 
     def _close_generation(self, g: int) -> None:
@@ -728,7 +771,9 @@ def config_from_dict_json(d: Mapping[str, Any]) -> EvolveConfig:
     """An :class:`EvolveConfig` from its ``to_dict`` form (``config.json``)."""
     t, h = d["train"], d["heldout"]
     fields: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()
-                              if k not in ("train", "heldout")}
+                              if k not in ("train", "heldout", "llm")}
+    if d.get("llm") is not None:
+        fields["llm"] = ProposerConfig(**d["llm"])
     return EvolveConfig(TraceSet(tuple(t["kinds"]), tuple(t["seeds"]), t["sessions"], t["time_scale"],
                                  t["token_scale"]),
                         TraceSet(tuple(h["kinds"]), tuple(h["seeds"]), h["sessions"], h["time_scale"],

@@ -99,12 +99,17 @@ def lineage_feedback(c: Candidate, archive: Archive, max_failures: int = 4) -> l
         deltas = {f: round(c.train.per_family[f] - parent.train.per_family[f], 4) for f in fams}
         lines.append(f"Pass rate change per task family against its parent {parent.label}: "
                      f"{json.dumps(deltas)}")
+    return lines + failed_children(c, archive, max_failures)
+
+
+def failed_children(c: Any, archive: Any, max_failures: int = 4) -> list[str]:
+    """Prompt lines: the most recent proposals derived from ``c`` that were refused or failed, with
+    their reasons (any archive whose candidates have ``parents``, ``status`` and ``reason``)."""
     children = [x for x in archive.candidates if c.id in x.parents and x.status is not Status.OK]
-    if children:
-        lines.append("Earlier proposals derived from this program that failed (avoid repeating them):")
-        lines += [f"- {x.label} ({x.proposer}): {x.status.value}: {x.reason[:200]}"
-                  for x in children[-max_failures:]]
-    return lines
+    if not children:
+        return []
+    return ["Earlier proposals derived from this program that failed (avoid repeating them):",
+            *(f"- {x.label} ({x.proposer}): {x.status.value}: {x.reason[:200]}" for x in children[-max_failures:])]
 
 
 class BudgetExhausted(Exception):
@@ -112,9 +117,16 @@ class BudgetExhausted(Exception):
 
 
 class LLMProposer(Proposer):
-    """Proposes programs by asking an OpenAI-compatible endpoint (see the module docstring)."""
+    """Proposes programs by asking an OpenAI-compatible endpoint (see the module docstring).
+
+    A subclass for another kind of program (``rsi.survival_proposer.SurvivalLLMProposer``)
+    overrides ``variants``, ``default_instructions``, :meth:`prompt`, :meth:`_problem`,
+    :meth:`_bandit` and :meth:`_scored_line`; the endpoint, budget, retry and bandit loop stay here.
+    """
 
     name = "llm"
+    variants: dict[str, str] = VARIANTS
+    default_instructions = INSTRUCTIONS
 
     def __init__(self, cfg: ProposerConfig, smoke: Sequence[Episode], run_dir: Path):
         super().__init__()
@@ -131,7 +143,7 @@ class LLMProposer(Proposer):
         self.smoke = list(smoke)
         self.dir = run_dir / "proposer"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.instructions = INSTRUCTIONS
+        self.instructions = self.default_instructions
         self.generation = 0
         self.log_path = self.dir / "calls.jsonl"
         self.bandit: UCB1 | None = None  # the last generation's variant bandit (for inspection)
@@ -178,7 +190,7 @@ class LLMProposer(Proposer):
                       f"dropped {f['evidence_messages_dropped']}" for f in failed]
         if archive is not None:
             lines += lineage_feedback(c, archive)
-        lines += ["", VARIANTS[variant]]
+        lines += ["", self.variants[variant]]
         if variant == "fragment":
             lines += _fragment_lines(parent.source, rng or random.Random(0))
         user = "\n".join([api_doc(), "", *lines, "", FORMAT])
@@ -201,7 +213,7 @@ class LLMProposer(Proposer):
         self.generation += 1
         if self.cfg.mutate_instructions and self.generation > 1:
             self._evolve_instructions(archive)
-        bandit = self.bandit = bandit_from_archive(tuple(VARIANTS), archive, ref_cost_of(archive), PREFIX)
+        bandit = self.bandit = self._bandit(archive)
         out: list[Proposal] = []
         for i in range(n):
             parent = parents[i % len(parents)] if parents else None
@@ -223,6 +235,10 @@ class LLMProposer(Proposer):
             seen.add(source_hash(source))
             out.append(Proposal(source, (parent.candidate.id,), PREFIX + variant, note))
         return out
+
+    def _bandit(self, archive: Archive) -> UCB1:
+        """The variant bandit rebuilt from ``archive`` (offspring recorded as ``llm:<variant>``)."""
+        return bandit_from_archive(tuple(self.variants), archive, ref_cost_of(archive), PREFIX)
 
     def _ask(self, parent: ParentView, archive: Archive, variant: str,
              rng: random.Random) -> tuple[str, str, str | None]:
@@ -247,8 +263,8 @@ class LLMProposer(Proposer):
     def _evolve_instructions(self, archive: Archive) -> None:
         recent = [c for c in archive.candidates if c.proposer.startswith(PREFIX)][-6:]
         summary = "\n".join(f"- {c.label}: status {c.status.value}"
-                            + (f", pass {c.train.pass_rate:.3f}, cost {c.train.cost_cents_mean:.4f}c" if c.train
-                               else f", reason: {c.reason[:120]}") for c in recent) or "- (no proposals scored yet)"
+                            + (f", {self._scored_line(c)}" if c.train else f", reason: {c.reason[:120]}")
+                            for c in recent) or "- (no proposals scored yet)"
         messages = [{"role": "system", "content": "You write instructions for a program-writing assistant."},
                     {"role": "user", "content": f"Current instructions:\n{self.instructions}\n\nHow the programs they "
                                                 f"produced did:\n{summary}\n\nRewrite the instructions to get better "
@@ -260,6 +276,10 @@ class LLMProposer(Proposer):
         if 40 <= len(text) <= 4000:
             self.instructions = text
         (self.dir / f"instructions-g{self.generation}.txt").write_text(self.instructions)
+
+    def _scored_line(self, c: Any) -> str:
+        """How a scored candidate did, in a few words (for the instruction rewrite)."""
+        return f"pass {c.train.pass_rate:.3f}, cost {c.train.cost_cents_mean:.4f}c"
 
     def __getstate__(self) -> dict[str, Any]:  # pragma: no cover - proposers stay in the driver
         raise TypeError("LLMProposer is not picklable")

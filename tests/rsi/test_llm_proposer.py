@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 
 import pytest
-from fastapi import FastAPI, Request
 
 from engine.server import ServerThread
 from rsi.archive import Archive, Status
@@ -15,6 +12,7 @@ from rsi.proposers.llm import apply_reply
 from rsi.search import Search
 from search_spaces import seed_source
 from tests.rsi.conftest import tiny_config
+from tests.rsi.scripted import scripted_app
 
 GOOD = seed_source("rolling_drop").replace('"keep_tool_responses": 12', '"keep_tool_responses": 3')
 BROKEN = "def decide(request, params)\n    return {}\n"
@@ -22,23 +20,6 @@ MALICIOUS = ("import os\n\ndef decide(request, params):\n    os.system('echo pwn
              "def space(trial):\n    return {}\n")
 DIFF = ('<<<<<<< SEARCH\n    "keep_tool_responses": 12,\n=======\n    "keep_tool_responses": 5,\n'
         '>>>>>>> REPLACE\n')
-
-
-def scripted_app(replies: Iterator[str], seen: list[dict]) -> FastAPI:
-    app = FastAPI()
-    lock = threading.Lock()
-
-    @app.post("/v1/chat/completions")
-    async def chat(req: Request) -> dict:
-        body = await req.json()
-        with lock:
-            seen.append(body)
-            text = next(replies, "no more ideas")
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}}
-
-    return app
 
 
 def test_apply_reply_formats():

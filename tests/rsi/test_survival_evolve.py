@@ -257,3 +257,60 @@ def test_command_line_needs_a_trace_or_a_config(capsys):
     assert "needs a TRACE" in err and "--evolve CONFIG" in err and "\n" not in err
     assert main(["survival-search", "--evolve", "no-such.yaml"]) != 0
     assert "config 'no-such.yaml' does not exist" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- the LLM proposer on survival programs
+
+SURVIVAL_GOOD = survival_seed_source("ttl").replace('"released_ttl_s": 2.0', '"released_ttl_s": 0.5')
+SURVIVAL_BAD = ("import os\n\ndef decide(request, params):\n    os.system('echo pwned')\n    return {}\n\n"
+                "def space(trial):\n    return {}\n")
+
+
+def test_llm_config_is_checked_and_round_trips(tmp_path):
+    from rsi.survival_evolve import config_from_dict_json
+
+    llm = {**TINY, "proposer": {"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                                "per_generation": 2, "budget_tokens": 5000}}
+    cfg = config_from_dict(llm)
+    assert cfg.llm is not None and cfg.llm.budget_tokens == 5000 and cfg.per_generation == 2
+    assert config_from_dict_json(cfg.to_dict()) == cfg
+    assert "llm" not in config_from_dict(TINY).to_dict()  # a mutation run's config.json is as before
+    with pytest.raises(EvolveConfigError, match=r"proposer\.kind: llm needs proposer\.model, got"):
+        config_from_dict({**TINY, "proposer": {"kind": "llm", "base_url": "http://x/v1"}})
+    with pytest.raises(EvolveConfigError, match=r"proposer\.kind must be mutation or llm, got 'gpt'"):
+        config_from_dict({**TINY, "proposer": {"kind": "gpt"}})
+    with pytest.raises(EvolveConfigError, match=r"proposer\.model is a setting of proposer\.kind: llm"):
+        config_from_dict({**TINY, "proposer": {"model": "m"}})
+    with pytest.raises(EvolveConfigError, match="unknown field 'modle'"):
+        config_from_dict({**TINY, "proposer": {"kind": "llm", "modle": "m"}})
+
+
+def test_llm_proposer_writes_survival_programs_through_the_loop(tmp_path):
+    """A real HTTP endpoint (scripted replies): a valid edit is simulated and scored, a hostile
+    program is refused (twice: the retry carries the reason) and recorded with its reason; the
+    prompt carries the survival API, the parent's metrics and the tuned families'."""
+    from engine.server import ServerThread
+    from rsi.survival_proposer import SURVIVAL_VARIANTS
+    from tests.rsi.scripted import scripted_app
+
+    replies = iter([f"```python\n{SURVIVAL_GOOD}```", f"```python\n{SURVIVAL_BAD}```",
+                    f"```python\n{SURVIVAL_BAD}# again\n```"])
+    seen: list[dict] = []
+    with ServerThread(scripted_app(replies, seen)) as srv:
+        raw = {**TINY, "seeds": ["ttl"], "families": ["lru"], "optuna": {"trials": 2},
+               "proposer": {"kind": "llm", "base_url": srv.base_url + "/v1", "model": "scripted",
+                            "per_generation": 2, "parents": 1}}
+        res = SurvivalEvolution(config_from_dict(raw), tmp_path / "llm").run()
+    llm = [c for c in res.archive.candidates if c.proposer.startswith("llm:")]
+    assert {c.proposer for c in llm} == {"llm:refine", "llm:rewrite"}  # the bandit tries untried variants in order
+    good = next(c for c in llm if c.proposer == "llm:refine")
+    assert good.status is Status.OK and good.train is not None and good.train.ok
+    bad = next(c for c in llm if c.proposer == "llm:rewrite")
+    assert bad.status is not Status.OK and "os" in bad.reason
+    first = seen[0]["messages"][-1]["content"]
+    assert "def decide(request, params)" in first and "Its metrics on the train traces" in first
+    assert "tuned:lru" in first and SURVIVAL_VARIANTS["refine"] in first
+    assert "refused" in seen[2]["messages"][-1]["content"]  # the retry of the hostile program
+    assert len(seen) == 3 and (tmp_path / "llm" / "proposer" / "calls.jsonl").is_file()
+    stats = json.loads((tmp_path / "llm" / "proposer_stats.json").read_text())
+    assert stats["operators"] == {"refine": {"attempts": 1, "valid": 1}, "rewrite": {"attempts": 1, "valid": 0}}
