@@ -11,8 +11,13 @@ the model measurably did on that same probe in that state:
 
 where the two outcomes come from two model evaluations per task that a search runs anyway: the
 ``full`` cache (evidence attended) and the ``drop_evidence`` control (exactly the evidence
-dropped). A probe is "without evidence" as soon as any of its evidence ids is gone (a multi-hop
-probe needs both hops). What this ignores, and why it must be validated rather than assumed:
+dropped). The evidence messages that mention the answer (``evals.tasks.schema.mentions``) are
+*copies*: one still attended is enough (a fact restated in the agent's reasoning can be read from
+either message). The others are *hops*: each must still be attended (a multi-hop probe needs the
+message that leads to the answer). A probe is "without evidence" when a hop is gone or every copy
+is. (Treating every evidence id as needed predicted 0.583 for rolling drop of assistant turns with
+K=1 on `horizon` train, where the model passed 0.917: the tool response still held the answer that
+the dropped reasoning had restated.) What this ignores, and why it must be validated rather than assumed:
 dropping *other* messages (distractors, look-alikes) can change an answer too, and a policy can
 drop evidence that is restated in a kept message. :func:`spearman` measures how well the proxy
 ranks policies the way the model does; a search reports it beside every proxy number.
@@ -44,7 +49,7 @@ from evals.replay import (
     probe_state,
     request_cuts,
 )
-from evals.tasks.schema import Task
+from evals.tasks.schema import Task, mentions, message_text
 from search_spaces import Episode
 from search_spaces.decision import Decision
 
@@ -65,6 +70,8 @@ class EvidenceTable:
     """Measured outcomes per (task id, probe index), from the ``full`` and ``drop_evidence`` runs."""
 
     outcomes: Mapping[tuple[str, int], ProbeOutcome]
+    _split: dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]] = field(
+        default_factory=dict, repr=False, compare=False)  # (task id, probe) -> (copies, hops), filled on use
 
     @classmethod
     def fit(cls, full: Iterable[TaskResult], dropped: Iterable[TaskResult]) -> EvidenceTable:
@@ -96,8 +103,21 @@ class EvidenceTable:
         if outcome is None:
             raise TaskError(f"the proxy has no measured outcome for task {task.id!r} probe {index}: evaluate "
                             "'full' and 'drop_evidence' on it with the model first", field="task", value=task.id)
-        evidence = set(task.probes[index].evidence_ids)
-        return outcome.dropped if evidence & dropped else outcome.kept
+        copies, hops = self.evidence(task, index)
+        attended = not (hops & dropped) and (not copies or not copies <= dropped)
+        return outcome.kept if attended else outcome.dropped
+
+    def evidence(self, task: Task, index: int) -> tuple[frozenset[int], frozenset[int]]:
+        """Probe ``index``'s evidence messages that mention its answer (copies: one suffices) and the
+        others (hops: each is needed)."""
+        key = (task.id, index)
+        hit = self._split.get(key)
+        if hit is None:
+            probe = task.probes[index]
+            ids = frozenset(probe.evidence_ids)
+            copies = frozenset(e for e in ids if mentions(message_text(task.messages[e]), probe.answer))
+            hit = self._split[key] = (copies, ids - copies)
+        return hit
 
 
 def _by_probe(results: Iterable[TaskResult], what: str) -> dict[tuple[str, int], bool]:

@@ -4,6 +4,7 @@ no forward, one policy run for many tasks; Spearman against its closed form."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -39,9 +40,41 @@ def test_proxy_costs_equal_the_model_replay_and_passes_follow_the_controls(eng, 
         m = replay.evaluate(spec, task)
         assert p.ok and m.ok and p.fidelity == "proxy" and m.fidelity == "model"
         assert p.cost == m.cost and [r.usage for r in p.requests] == [r.usage for r in m.requests]
-        for pp, mp, fp, dp in zip(p.probes, m.probes, f.probes, d.probes):
+        for probe, pp, mp, fp, dp in zip(task.probes, p.probes, m.probes, f.probes, d.probes):
             assert pp.evidence_dropped == mp.evidence_dropped
-            assert pp.passed == (dp.passed if mp.evidence_dropped else fp.passed)
+            copies = {e for e in probe.evidence_ids if _says(task.messages[e], probe.answer)}
+            gone = set(mp.evidence_dropped)
+            attended = not (set(probe.evidence_ids) - copies) & gone and (not copies or bool(copies - gone))
+            assert pp.passed == (fp.passed if attended else dp.passed)
+
+
+def _says(message: dict, answer: str) -> bool:
+    """The message's content, reasoning or tool-call arguments contain ``answer`` as a whole phrase."""
+    calls = " ".join(str((c.get("function") or c).get("arguments", "")) for c in message.get("tool_calls") or ())
+    text = f"{message.get('content') or ''} {message.get('reasoning_content') or ''} {calls}".lower()
+    return re.search(r"(?<!\w)" + re.escape(answer.lower()) + r"(?!\w)", text) is not None
+
+
+def test_one_attended_copy_of_the_answer_is_enough_but_every_hop_is_needed():
+    """By hand: probe 0's answer is in a tool response (1) and restated in reasoning (2); probe 1
+    is multi-hop (3 leads to 4, which holds the answer)."""
+    from types import SimpleNamespace
+
+    from evals.fidelity import ProbeOutcome
+    from evals.tasks.schema import Probe
+
+    messages = [{"role": "user", "content": "track order 7"},
+                {"role": "tool", "content": "order 7: carrier Norvale, status held"},
+                {"role": "assistant", "content": "", "reasoning_content": "The carrier is Norvale."},
+                {"role": "tool", "content": "ticket 12 belongs to order 7"},
+                {"role": "tool", "content": "order 7 ships from Dock B"}]
+    probes = (Probe(4, "carrier?", "Norvale", evidence_ids=(1, 2)), Probe(4, "dock of ticket 12?", "Dock B",
+                                                                          evidence_ids=(3, 4), kind="multi_hop"))
+    task = SimpleNamespace(id="t", probes=probes, messages=messages)
+    table = EvidenceTable({("t", 0): ProbeOutcome(True, False), ("t", 1): ProbeOutcome(True, False)})
+    assert table.evidence(task, 0) == ({1, 2}, set()) and table.evidence(task, 1) == ({4}, {3})
+    assert [table.predict(task, 0, d) for d in (set(), {1}, {2}, {1, 2})] == [True, True, True, False]
+    assert [table.predict(task, 1, d) for d in (set(), {3}, {4}, {0})] == [True, False, False, True]
 
 
 def test_the_controls_reproduce_themselves(eng, tasks, controls):

@@ -1,0 +1,122 @@
+"""The proxy re-scored on finished searches: ``python -m rsi.bench_fidelity_runs RUN_DIR [RUN_DIR ...]``.
+
+Every policy a search evaluated with the model on all its train tasks (experts, every setting the
+experts' tuning ran, every promoted parameter set) is predicted again by the zero-forward proxy
+from the run's own stored ``full`` and ``drop_evidence`` controls: no model call, only the
+tokenizer. Per run and over all runs: the Spearman rank correlation and the mean absolute error
+between predicted and model train pass rates, for the proxy's rule (``evals.fidelity``: one attended
+copy of the answer is enough, every hop is needed) and for the rule before it (every evidence
+message needed), so a change of rule is judged on the policies real searches sent to the model.
+
+Prints a table and writes ``bench/results/fidelity-runs.json``. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
+from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, result_from_row
+from evals.tasks import load_suite, select_tasks
+from evals.tasks.schema import Task
+from rsi.export import load_archive
+from rsi.metrics import aggregate
+from rsi.rundir import read_json
+
+OUT = Path("bench/results/fidelity-runs.json")
+
+
+class EveryEvidence(EvidenceTable):
+    """The rule before copies and hops: a probe is without evidence once any evidence message is gone."""
+
+    def predict(self, task: Task, index: int, dropped: set[int]) -> bool:
+        outcome = self.outcomes[(task.id, index)]
+        return outcome.dropped if set(task.probes[index].evidence_ids) & dropped else outcome.kept
+
+
+def _policies(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]], list[tuple[PolicySpec, float]]]:
+    """The run's controls and every (spec, model train pass) evaluated on all of ``train``."""
+    ids = {t.id for t in train}
+    by: dict[tuple[str, str, str], dict[str, TaskResult]] = defaultdict(dict)
+    for line in (run / "evaluations.jsonl").read_text().splitlines():
+        row = json.loads(line)["row"]
+        if row["split"] == "train" and row["ok"] and row["task_id"] in ids:
+            by[(row["policy"], row["policy_key"], row["params"])][row["task_id"]] = result_from_row(row)
+    archive = load_archive(run)
+    program = {c.label: c.program for c in archive.candidates if not c.expert}
+    family = {c.label: c.spec for c in archive.candidates if c.expert}
+    controls: dict[str, list[TaskResult]] = {}
+    out = []
+    for (label, key, params), results in by.items():
+        if len(results) < len(train):
+            continue  # pruned after the first fidelity's tasks
+        ordered = [results[t.id] for t in train]
+        if label in ("expert:full", DIAGNOSTIC):
+            controls[label] = ordered
+            continue
+        if label.startswith("expert:"):
+            spec = PolicySpec(family[label], json.loads(params))
+        else:
+            source = (run / "programs" / f"{program[label]}.py").read_text()
+            spec = PolicySpec("program", json.loads(params), source=source, label=label)
+        if spec.key == key:
+            out.append((spec, aggregate(ordered).pass_rate))
+    return controls, out
+
+
+def _scores(model: list[float], predicted: list[float]) -> dict[str, float]:
+    mae = sum(abs(a - b) for a, b in zip(model, predicted, strict=True)) / len(model) if model else float("nan")
+    return {"spearman": spearman(predicted, model), "mae": mae}
+
+
+def rescore(run: Path, engine: DryEngine) -> dict[str, Any]:
+    """One run's policies predicted under both rules (module docstring)."""
+    config = read_json(run / "config.json", dict)
+    train = select_tasks(load_suite(config["data"]["suite"], "train"), int(config["data"]["train_tasks"]))
+    controls, policies = _policies(run, train)
+    full, dropped = controls["expert:full"], controls[DIAGNOSTIC]
+    eval_config = EvalConfig(generate=False)
+    rules = {"copies_and_hops": EvidenceTable.fit(full, dropped)}
+    rules["every_evidence"] = EveryEvidence(rules["copies_and_hops"].outcomes)
+    model = [m for _, m in policies]
+    predicted = {name: [aggregate(ProxyReplay(engine, table, eval_config).evaluate_many(spec, train)).pass_rate
+                        for spec, _ in policies] for name, table in rules.items()}
+    return {"run": str(run), "policies": len(policies), "model": model, "predicted": predicted,
+            "scores": {name: _scores(model, p) for name, p in predicted.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    rows = []
+    engines: dict[tuple[str, str], DryEngine] = {}
+    for run in args.runs:
+        model = read_json(run / "config.json", dict)["model"]
+        key = (model["name"], model.get("template", "plain"))
+        engine = engines.get(key) or engines.setdefault(key, DryEngine.load(*key))
+        rows.append(rescore(run, engine))
+    model = [m for r in rows for m in r["model"]]
+    pooled = {name: _scores(model, [p for r in rows for p in r["predicted"][name]])
+              for name in ("copies_and_hops", "every_evidence")}
+    print(f"{'run':28s} {'policies':>8s}  {'Spearman (copies+hops / every)':>31s}  {'MAE (copies+hops / every)':>26s}")
+    for r in [*rows, {"run": "all", "policies": len(model), "scores": pooled}]:
+        s = r["scores"]
+        print(f"{str(r['run'])[-28:]:28s} {r['policies']:8d}  {s['copies_and_hops']['spearman']:>15.3f} / "
+              f"{s['every_evidence']['spearman']:<13.3f}  {s['copies_and_hops']['mae']:>12.3f} / "
+              f"{s['every_evidence']['mae']:<11.3f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"runs": rows, "pooled": pooled,
+                                    "command": "python -m rsi.bench_fidelity_runs " + " ".join(map(str, args.runs))},
+                                   indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
