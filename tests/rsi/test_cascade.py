@@ -181,3 +181,12 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
         pair = pairs[candidate_id("rolling_drop", params)]
         assert pair["model_pass"] == pytest.approx(aggregate(stored).pass_rate)
         assert 0 <= pair["predicted_pass"] <= 1
+    # The benchmark that re-scores finished runs reproduces the run's own predictions from its store.
+    from evals.fidelity import DryEngine
+    from rsi.bench_fidelity_runs import rescore
+
+    again = rescore(run, DryEngine.of(tiny_plain))
+    rescored = {(round(m, 9), round(p, 9)) for m, p in zip(again["model"], again["predicted"]["copies_and_hops"],
+                                                           strict=True)}
+    in_run = {(round(v["model_pass"], 9), round(v["predicted_pass"], 9)) for v in pairs.values()}
+    assert again["policies"] >= len(settings) and in_run <= rescored, (in_run, rescored)
