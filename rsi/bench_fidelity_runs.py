@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from engine.errors import AKVError
 from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, result_from_row
 from evals.tasks import load_suite, select_tasks
@@ -97,10 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     engines: dict[tuple[str, str], DryEngine] = {}
     for run in args.runs:
-        model = read_json(run / "config.json", dict)["model"]
-        key = (model["name"], model.get("template", "plain"))
-        engine = engines.get(key) or engines.setdefault(key, DryEngine.load(*key))
-        rows.append(rescore(run, engine))
+        try:
+            model = read_json(run / "config.json", dict)["model"]
+            key = (model["name"], model.get("template", "plain"))
+            engine = engines.get(key) or engines.setdefault(key, DryEngine.load(*key))
+            rows.append(rescore(run, engine))
+        except (AKVError, KeyError, TypeError) as err:
+            detail = f"no {err} in its store or config" if isinstance(err, KeyError) else str(err)
+            ap.error(f"{run} is not a finished cache-policy search run with the cascade ({detail})")
     model = [m for r in rows for m in r["model"]]
     pooled = {name: _scores(model, [p for r in rows for p in r["predicted"][name]])
               for name in ("copies_and_hops", "every_evidence")}
