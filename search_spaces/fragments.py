@@ -195,6 +195,12 @@ def present(source: str) -> list[str]:
     return [name[len("frag_"):] for name in _funcs(tree) if name[len("frag_"):] in FRAGMENTS]
 
 
+def missing(source: str) -> list[str]:
+    """The fragments not yet spliced into ``source``, in ``FRAGMENTS`` order (``source`` parsed once)."""
+    have = set(present(source))
+    return [f for f in FRAGMENTS if f not in have]
+
+
 def _defaults_node(tree: ast.Module) -> ast.Dict | None:
     for node in tree.body:
         value: ast.expr | None

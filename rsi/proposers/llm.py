@@ -37,7 +37,7 @@ from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from search_spaces import Episode, api_doc, check_program, run_program
-from search_spaces.fragments import FRAGMENTS, present
+from search_spaces.fragments import FRAGMENTS, missing
 
 INSTRUCTIONS = """You improve KV-cache policies for long-running LLM agents. A policy drops the KV of
 old messages (cheaper: dropped tokens are not re-read) but an agent that later needs a dropped fact
@@ -287,7 +287,6 @@ class LLMProposer(Proposer):
 
 def _fragment_lines(source: str, rng: random.Random) -> list[str]:
     """The ``fragment`` variant's rule: one the parent does not have yet (any when it has them all)."""
-    missing = [f for f in FRAGMENTS if f not in present(source)] or list(FRAGMENTS)
-    frag = FRAGMENTS[rng.choice(missing)]
+    frag = FRAGMENTS[rng.choice(missing(source) or list(FRAGMENTS))]
     return [f"Rule {frag.name}: {frag.doc}", f"Its parameters and defaults: {json.dumps(frag.defaults)}",
             "```python", frag.source.strip(), "```"]

@@ -37,7 +37,7 @@ from rsi.archive import Archive
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from search_spaces import Episode, check_program, run_program
-from search_spaces.fragments import FRAGMENTS, compose, present
+from search_spaces.fragments import FRAGMENTS, compose, missing
 
 OPERATORS = ("constant", "compare", "boolop", "arith", "drop_rule", "reorder", "crossover", "fragment")
 _FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
@@ -205,10 +205,10 @@ class MutationProposer(Proposer):
     def _try(self, parent: ParentView, other: ParentView | None, op: str, rng: random.Random,
              seen: set[str]) -> Proposal | None:
         if op == "fragment":
-            missing = [f for f in FRAGMENTS if f not in present(parent.source)]
-            if not missing:
+            absent = missing(parent.source)
+            if not absent:
                 return None
-            name = rng.choice(missing)
+            name = rng.choice(absent)
             try:
                 source = compose(parent.source, name)
             except (ValueError, RecursionError, SyntaxError):  # FragmentError is a ValueError
