@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.history import Item, replay
 from engine.kvstore import Payload, SizedKV
-from engine.layout import Renderer
+from engine.layout import Rendered, Renderer
 from engine.plan import TokenUsage, commit, plan_request, release
 from engine.radix import KVState, Node, RadixTree
 from engine.schedule import Schedule
@@ -59,8 +59,15 @@ class Accountant:
         """
         if self.renderer is None:
             raise TypeError("this accountant has no renderer; use request_items()")
-        layout = self.renderer.layout(messages, schedule)
-        return self.request_items(layout.items, output_ids)
+        return self.request_rendered(self.renderer.render(messages), schedule, output_ids)
+
+    def request_rendered(self, rendered: Rendered, schedule: Mapping[str, Any] | Schedule | None = None,
+                         output_ids: Sequence[int] = ()) -> TokenUsage:
+        """:meth:`request` of messages already rendered (a replay renders a trajectory once and
+        accounts each request on a :meth:`Rendered.prefix` of it)."""
+        if self.renderer is None:
+            raise TypeError("this accountant has no renderer; use request_items()")
+        return self.request_items(self.renderer.layout_rendered(rendered, schedule).items, output_ids)
 
     def request_items(self, items: Sequence[Item], output_ids: Sequence[int] = ()) -> TokenUsage:
         """Account a request given as its event history."""

@@ -157,44 +157,41 @@ def replay(items: Sequence[Item]) -> History:
             segments.append(Segment(seg_start, count, seg_view[2], seg_view[0], seg_view[1]))
         seg_start = None
 
-    i, n_items = 0, len(items)
-    while i < n_items:
-        it = items[i]
-        if isinstance(it, Drop):
-            close_segment()
-            for s, e in it.ranges:
-                assert e <= count, f"Drop {it} names tokens beyond the {count} seen so far"
-                alive_mask[s:e] = False
-        elif isinstance(it, Reposition):
-            close_segment()
-            idx = np.flatnonzero(alive_mask[:count])
-            new = np.arange(idx.shape[0], dtype=np.int64)
-            repos_rotated[i] = int(np.count_nonzero(cur_pos[idx] != new))
-            cur_pos[idx] = new
-            next_pos = int(idx.shape[0])
-        elif isinstance(it, Salt):
-            assert i == 0, "a Salt may only start a history"
-        else:  # a run of tokens up to the next event, written at once (the same as one by one)
-            j = i + 1
-            while j < n_items and isinstance(items[j], int):
-                j += 1
-            run = j - i
+    prev = 0
+    for e in [*event_indices(items), len(items)]:
+        if prev < e:  # a run of tokens up to the next event, written at once (the same as one by one)
+            run = e - prev
             if seg_start is None:
                 idx = np.flatnonzero(alive_mask[:count])
                 seg_start = count
                 seg_view = (idx, cur_pos[idx].copy(), next_pos)
-            token_ids[count:count + run] = items[i:j]  # type: ignore[assignment]  # (all ints: checked above)
+            token_ids[count:count + run] = items[prev:e]  # type: ignore[assignment]  # (tokens only)
             positions = np.arange(next_pos, next_pos + run, dtype=np.int64)
             compute_pos[count:count + run] = positions
             cur_pos[count:count + run] = positions
             alive_mask[count:count + run] = True
-            item_token[i + 1:j + 1] = np.arange(count + 1, count + run + 1, dtype=np.int64)
+            item_token[prev + 1:e + 1] = np.arange(count + 1, count + run + 1, dtype=np.int64)
             next_pos += run
             count += run
-            i = j
-            continue
-        item_token[i + 1] = count
-        i += 1
+        if e == len(items):
+            break
+        it = items[e]
+        if isinstance(it, Drop):
+            close_segment()
+            for s, t in it.ranges:
+                assert t <= count, f"Drop {it} names tokens beyond the {count} seen so far"
+                alive_mask[s:t] = False
+        elif isinstance(it, Reposition):
+            close_segment()
+            idx = np.flatnonzero(alive_mask[:count])
+            new = np.arange(idx.shape[0], dtype=np.int64)
+            repos_rotated[e] = int(np.count_nonzero(cur_pos[idx] != new))
+            cur_pos[idx] = new
+            next_pos = int(idx.shape[0])
+        else:
+            assert e == 0, "a Salt may only start a history"
+        item_token[e + 1] = count
+        prev = e + 1
     close_segment()
     token_ids, compute_pos = token_ids[:count], compute_pos[:count]
     cur_pos, alive_mask = cur_pos[:count], alive_mask[:count]
@@ -209,6 +206,38 @@ def replay(items: Sequence[Item]) -> History:
         item_token=item_token,
         repos_rotated=repos_rotated,
     )
+
+
+EVENTS = (Drop, Reposition, Salt)
+
+
+def event_indices(items: Sequence[Item]) -> list[int]:
+    """Indices of the events (everything else is a token), ascending. Histories are thousands of
+    tokens and a few events, so the scan runs in C: ``list.index`` over the items' types."""
+    kinds = list(map(type, items))
+    out: list[int] = []
+    for cls in set(kinds):
+        if issubclass(cls, EVENTS):
+            i = kinds.index(cls)
+            while True:
+                out.append(i)
+                try:
+                    i = kinds.index(cls, i + 1)
+                except ValueError:
+                    break
+    return sorted(out)
+
+
+def count_tokens(items: Sequence[Item]) -> int:
+    """How many of ``items`` are tokens (counted by type, in C)."""
+    kinds = list(map(type, items))
+    return sum(kinds.count(cls) for cls in set(kinds) if not issubclass(cls, EVENTS))
+
+
+def count_drops(items: Sequence[Item]) -> int:
+    """How many of ``items`` are :class:`Drop` events."""
+    kinds = list(map(type, items))
+    return sum(kinds.count(cls) for cls in set(kinds) if issubclass(cls, Drop))
 
 
 def intersect_ranges(

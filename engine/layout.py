@@ -68,6 +68,15 @@ class Rendered:
         """Token count of each message."""
         return [e - s for s, e in self.spans]
 
+    def prefix(self, n: int) -> Rendered:
+        """The rendering of the first ``n`` messages, generation prompt included: equal to rendering
+        them anew, because every message is rendered on its own (the module docstring)."""
+        if not 1 <= n <= len(self.spans):
+            raise MessageError(f"a prefix needs 1..{len(self.spans)} messages, got {n}", field="messages", value=n)
+        end = self.spans[n - 1][1]
+        return Rendered(self.token_ids[:end] + self.token_ids[self.prompt_start:], self.spans[:n], self.parts[:n],
+                        end, self.messages[:n])
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -172,7 +181,10 @@ class Renderer:
 
     def layout(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None) -> Layout:
         """Render and compile in one step (the schedule is validated against the messages)."""
-        rendered = self.render(messages)
+        return self.layout_rendered(self.render(messages), schedule)
+
+    def layout_rendered(self, rendered: Rendered, schedule: Mapping[str, Any] | Schedule | None = None) -> Layout:
+        """:meth:`layout` of messages already rendered."""
         sched = parse_schedule(schedule, n_messages=len(rendered.spans))
         return Layout(rendered, sched, self.compile(rendered, sched))
 

@@ -209,17 +209,8 @@ def commit(
 
 def _runs(mask: np.ndarray, start: int, end: int) -> list[tuple[int, int]]:
     """Maximal runs [s, e) within [start, end) where ``mask`` is true."""
-    out = []
-    s = None
-    for t in range(start, end):
-        if mask[t] and s is None:
-            s = t
-        elif not mask[t] and s is not None:
-            out.append((s, t))
-            s = None
-    if s is not None:
-        out.append((s, end))
-    return out
+    edges = np.diff(np.concatenate(([0], mask[start:end].astype(np.int8), [0])))
+    return [(start + int(s), start + int(e)) for s, e in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1))]
 
 
 def release(tree: RadixTree, node: Node) -> None:

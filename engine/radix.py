@@ -46,7 +46,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine.history import Drop, Item, intersect_ranges, merge_ranges
+from engine.history import Drop, Item, count_drops, count_tokens, intersect_ranges, merge_ranges
 from engine.kvstore import Payload
 
 
@@ -141,14 +141,6 @@ class EvictionOrder(Protocol):
     def split(self, head: Node, tail: Node) -> None: ...
 
 
-def _count_tokens(items: Sequence[Item]) -> int:
-    return sum(1 for it in items if isinstance(it, int))
-
-
-def _count_drops(items: Sequence[Item]) -> int:
-    return sum(1 for it in items if isinstance(it, Drop))
-
-
 class RadixTree:
     """History-aware radix tree with a pool budget and an optional host tier.
 
@@ -210,7 +202,7 @@ class RadixTree:
         """
         assert items, "cannot insert an empty edge"
         assert items[0] not in parent.children, "extend() after a maximal match only"
-        n = _count_tokens(items)
+        n = count_tokens(items)
         node = Node(list(items), parent, parent.token_end, n, last_access=self.clock)
         if n == 0:
             node.state = KVState.RESIDENT
@@ -219,7 +211,7 @@ class RadixTree:
             node.payload, node.state = payload, KVState.RESIDENT
             self.pool_used += payload.nbytes
         if n != len(items):
-            self._drops += _count_drops(items)
+            self._drops += count_drops(items)
         parent.children[items[0]] = node
         self.requeue(node)
         return node
@@ -248,7 +240,7 @@ class RadixTree:
         parent = node.parent
         assert parent is not None
         head_items, tail_items = node.items[:k], node.items[k:]
-        head_n = _count_tokens(head_items)
+        head_n = count_tokens(head_items)
         head = Node(head_items, parent, node.token_start, head_n, lock=node.lock, last_access=node.last_access)
         tail_n = node.n_tokens - head_n
         head_payload: Payload | None = None
@@ -357,7 +349,7 @@ class RadixTree:
             del parent.children[n.items[0]]
             n.parent = None
             if n.n_tokens != len(n.items):
-                self._drops -= _count_drops(n.items)
+                self._drops -= count_drops(n.items)
             n = parent
 
     # ------------------------------------------------------------------ eviction
@@ -531,7 +523,7 @@ class RadixTree:
                 assert n.items, f"{n} has an empty edge"
                 assert n.parent is not None and n.parent.children.get(n.items[0]) is n, f"{n} not linked"
                 assert n.token_start == n.parent.token_end, f"{n} starts at the wrong token"
-                assert n.n_tokens == _count_tokens(n.items), f"{n} miscounts its tokens"
+                assert n.n_tokens == count_tokens(n.items), f"{n} miscounts its tokens"
                 assert (n.lock >= 0 and n.parent is self.root) or n.parent.lock >= n.lock, f"{n} lock > parent's"
             if n.n_tokens == 0:
                 assert n.payload is None and n.state is KVState.RESIDENT, f"{n} has no tokens but a payload"
@@ -546,7 +538,7 @@ class RadixTree:
             for key, c in n.children.items():
                 assert c.items and c.items[0] == key, f"child key {key!r} does not start {c}"
                 stack.append(c)
-        drops = sum(_count_drops(n.items) for n in self.nodes())
+        drops = sum(count_drops(n.items) for n in self.nodes())
         assert drops == self._drops, f"drop count {self._drops} != {drops}"
         pool_q = {uid for key, uid, n in self._pool_queue if n.parent is not None and key == self._key(n)}
         host_q = {uid for key, uid, n in self._host_queue if n.parent is not None and key == self._key(n)}

@@ -28,10 +28,13 @@ from typing import Any
 
 import yaml
 
+from engine.accounting import Accountant
 from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import ChatEngine
+from engine.layout import Rendered
 from engine.schedule import Schedule, parse_schedule
+from engine.session_accountant import SessionAccountant
 from evals.cost import CostBreakdown, request_cost
 from evals.diagnostics import drop_evidence_schedule
 from evals.errors import TaskError
@@ -242,12 +245,16 @@ class Replay:
         self.engine = engine
         self.config = config or EvalConfig()
         self.rates: Rates = load_rates(self.config.rates)
-        self._counts: dict[str, list[int]] = {}
+        self._rendered: dict[str, Rendered] = {}
+
+    def rendered(self, task: Task) -> Rendered:
+        """``task``'s whole trajectory rendered by the engine (once per task; each request is a prefix)."""
+        if task.id not in self._rendered:
+            self._rendered[task.id] = self.engine.render(list(task.messages))
+        return self._rendered[task.id]
 
     def token_counts(self, task: Task) -> list[int]:
-        if task.id not in self._counts:
-            self._counts[task.id] = self.engine.render(list(task.messages)).message_tokens
-        return self._counts[task.id]
+        return self.rendered(task).message_tokens
 
     def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult:
         """Replay ``task`` under ``spec`` (see the module docstring)."""
@@ -280,7 +287,7 @@ class Replay:
         """Account the session under ``decisions`` (cut -> decision) and answer the probes."""
         msgs = list(task.messages)
         points = list(request_points(msgs))
-        requests = self._account(msgs, points, decisions)
+        requests = self._account(task, points, decisions)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
         cost = CostBreakdown()
@@ -292,11 +299,13 @@ class Replay:
                           probes, tuple(requests), cost, time.perf_counter() - t0, task.generator,
                           task.generator_version, self.fidelity)
 
-    def _account(self, msgs: list[dict[str, Any]], points: list[int],
-                 decisions: Mapping[int, Decision | None]) -> list[RequestCost]:
+    def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None]) -> list[RequestCost]:
         eng = self.engine
-        acc = eng.accountant(pool_bytes=self.config.pool_bytes if self.config.pool_bytes is not None else 1 << 60,
-                             host_bytes=0)
+        msgs = list(task.messages)
+        whole = self.rendered(task)
+        acc: Accountant | SessionAccountant = (
+            SessionAccountant(eng.renderer) if self.config.pool_bytes is None
+            else eng.accountant(pool_bytes=self.config.pool_bytes, host_bytes=0))
         out: list[RequestCost] = []
         seen_events = 0
         for n in points:
@@ -304,7 +313,7 @@ class Replay:
             output = eng.renderer.output_ids(msgs[n], n) if n < len(msgs) and msgs[n]["role"] == "assistant" else []
             summary_usd = 0.0
             if d is not None and d.messages is not None:
-                usage = acc.request([dict(m) for m in d.messages], None, output)
+                usage = acc.request_rendered(eng.render([dict(m) for m in d.messages]), None, output)
                 events = list(d.meta.get("events") or [])
                 for ev in events[seen_events:]:
                     if ev.get("input_tokens") is not None:
@@ -314,7 +323,7 @@ class Replay:
                         summary_usd += request_cost(call, self.rates).total
                 seen_events = len(events)
             else:
-                usage = acc.request(msgs[:n], d.schedule if d is not None else None, output)
+                usage = acc.request_rendered(whole.prefix(n), d.schedule if d is not None else None, output)
             out.append(RequestCost(n, usage.as_dict(), request_cost(usage, self.rates).total, summary_usd))
         return out
 

@@ -43,6 +43,16 @@ def test_rendering_is_stable_under_append(renderer):
         assert part.token_ids[:part.prompt_start] == full.token_ids[:full.spans[k - 1][1]]
 
 
+def test_a_prefix_of_a_rendering_is_the_rendering_of_the_prefix(renderer):
+    msgs = trajectory(6)
+    full = renderer.render(msgs)
+    for k in range(1, len(msgs) + 1):
+        assert full.prefix(k) == renderer.render(msgs[:k]), k
+    for bad in (0, len(msgs) + 1):
+        with pytest.raises(MessageError, match="prefix needs"):
+            full.prefix(bad)
+
+
 def test_events_follow_their_trigger_drop_before_reposition(renderer):
     msgs = trajectory(3)
     lay = renderer.layout(msgs, {"drop_message": {"5": [3]}, "reposition": [5]})
