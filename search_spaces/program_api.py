@@ -254,14 +254,17 @@ class RequestView:
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
                  previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None, *,
                  call_ends: Sequence[int] | None = None, prompt_ends: Mapping[int, int] | None = None,
-                 problems: Mapping[str, str] | None = None) -> None:
+                 problems: Mapping[str, str] | None = None, built: Sequence[Message] | None = None) -> None:
         """``call_ends`` / ``prompt_ends``: what an AKV harness declares (default: the complete tool
         batches, no prompt suffixes). ``problems``: method name -> why the harness's declaration is
         unusable; calling that method then raises ``ValueError`` and is recorded in ``_refused``, so
-        an exported module can refuse the request even when the program catches the exception."""
-        if len(tokens) != len(messages):
+        an exported module can refuse the request even when the program catches the exception.
+        ``built``: the :class:`Message` of each message, already made (programs cannot assign
+        attributes, so the requests of one trajectory share them instead of rebuilding them)."""
+        if len(tokens) != len(messages) or (built is not None and len(built) != len(messages)):
             raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
-        self.messages = tuple(Message(i, m, int(tokens[i])) for i, m in enumerate(messages))
+        self.messages = (tuple(built) if built is not None
+                         else tuple(Message(i, m, int(tokens[i])) for i, m in enumerate(messages)))
         self.tokens = tuple(int(t) for t in tokens)
         self.n = len(self.messages)
         self._calls = [0]
