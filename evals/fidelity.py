@@ -47,10 +47,8 @@ from evals.replay import (
     Replay,
     TaskResult,
     probe_state,
-    request_cuts,
 )
 from evals.tasks.schema import Task, mentions, message_text
-from search_spaces import Episode
 from search_spaces.decision import Decision
 
 FULL = "full"
@@ -186,10 +184,10 @@ class ProxyReplay(Replay):
         t0 = time.perf_counter()
         try:
             policy = spec.build()
-            cuts = [request_cuts(t) for t in tasks]
             if policy is None:
                 return [self.evaluate(spec, t) for t in tasks]
-            episodes = [Episode.of(list(t.messages), self.token_counts(t), c) for t, c in zip(tasks, cuts)]
+            episodes = [self.episode(t) for t in tasks]
+            cuts = [list(e.cuts) for e in episodes]
             runs = policy.run_episodes(episodes)
         except AKVError as err:  # a policy that cannot run: every task's failure, recorded with its reason
             if err.transient:

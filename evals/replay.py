@@ -246,6 +246,7 @@ class Replay:
         self.config = config or EvalConfig()
         self.rates: Rates = load_rates(self.config.rates)
         self._rendered: dict[str, Rendered] = {}
+        self._episodes: dict[str, Episode] = {}
 
     def rendered(self, task: Task) -> Rendered:
         """``task``'s whole trajectory rendered by the engine (once per task; each request is a prefix)."""
@@ -271,11 +272,17 @@ class Replay:
                           reason.splitlines()[0][:500], (), (), CostBreakdown(), time.perf_counter() - t0,
                           task.generator, task.generator_version, self.fidelity)
 
+    def episode(self, task: Task) -> Episode:
+        """``task`` as the policies see it, cut at :func:`request_cuts` (made once per task: an
+        episode is frozen, and freezing the messages is most of the cost of making one)."""
+        if task.id not in self._episodes:
+            self._episodes[task.id] = Episode.of(list(task.messages), self.token_counts(task), request_cuts(task))
+        return self._episodes[task.id]
+
     def _decisions(self, policy: Policy | None, task: Task, cuts: Sequence[int]) -> dict[int, Decision | None]:
         if policy is None:
             return dict.fromkeys(cuts)
-        episode = Episode.of(list(task.messages), self.token_counts(task), cuts)
-        return dict(zip(cuts, policy.run_episodes([episode])[0]))
+        return dict(zip(cuts, policy.run_episodes([self.episode(task)])[0]))
 
     def _evaluate(self, spec: PolicySpec, task: Task, t0: float) -> TaskResult:
         cuts = request_cuts(task)

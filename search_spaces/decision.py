@@ -70,8 +70,9 @@ def canonical_wire(schedule: Schedule) -> dict[str, Any]:
     return out
 
 
-def cache_decision(raw: Any, request: Request) -> Decision:
-    """Validate a proposed cache decision for ``request``.
+def cache_decision(raw: Any, request: Request, previous: Schedule | None = None) -> Decision:
+    """Validate a proposed cache decision for ``request`` (``previous``: ``request.previous``
+    already parsed, when the caller has it).
 
     Raises:
         DecisionError: not a mapping, unknown keys, a wire-format violation, or a rewrite of the
@@ -95,19 +96,21 @@ def cache_decision(raw: Any, request: Request) -> Decision:
                     raise DecisionError(f"drop_rule[{str(trigger)!r}]: text range [{d.start}, {d.end}) is beyond "
                                         f"the {size} characters of message {d.message}", field="decision")
     if request.previous is not None:
-        check_extends(request.previous, request.previous_messages, schedule)
+        check_extends(request.previous, request.previous_messages, schedule, previous)
     return Decision(PolicyKind.CACHE, request.n, schedule=schedule)
 
 
-def check_extends(previous: Mapping[str, Any], previous_messages: int, schedule: Schedule) -> None:
-    """Raise :class:`DecisionError` unless ``schedule`` keeps ``previous`` unchanged.
+def check_extends(previous: Mapping[str, Any], previous_messages: int, schedule: Schedule,
+                  parsed: Schedule | None = None) -> None:
+    """Raise :class:`DecisionError` unless ``schedule`` keeps ``previous`` unchanged (``parsed``:
+    ``previous`` already parsed, when the caller has it).
 
     ``previous_messages`` is the length of the previous request (0 when unknown: then the previous
     schedule's largest trigger stands for it). Triggers below it are history: the serving engine has
     processed those messages under the previous schedule, so changing them forces recomputation.
     """
     try:
-        prev = parse_schedule(previous)
+        prev = parsed if parsed is not None else parse_schedule(previous)
     except AKVError as err:
         raise DecisionError(f"the previous decision is not a valid schedule: {err}", field="previous") from err
     horizon = previous_messages or max([t + 1 for t, _ in prev.drops] + [r + 1 for r in prev.repositions], default=0)

@@ -85,7 +85,8 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
         previous: tuple[Any, int] = (None, 0)
         for n, wire in zip(episode.cuts, wires):
             try:
-                decisions.append(cache_decision(wire, episode.request(n, *previous)))
+                decisions.append(cache_decision(wire, episode.request(n, *previous),
+                                                decisions[-1].schedule if decisions else None))
             except DecisionError as err:
                 return SandboxResult(Status.INVALID, one_line(f"episode {e}: {err}"), check.sha256, out.wall_seconds)
             previous = (wire, n)
