@@ -85,26 +85,45 @@ def run(model: str, suite: str, n_tasks: int, n_policies: int) -> dict[str, Any]
 
 def proxy_speed(model: str, suite: str, n_tasks: int, repeats: int = 3) -> dict[str, Any]:
     """Proxy time per policy-task alone (no model: the tokenizer and a synthetic outcome table,
-    which costs the same to consult as a measured one); median over ``repeats`` of all policies."""
+    which costs the same to consult as a measured one); median over ``repeats`` of all policies,
+    for the built-in families (in process) and for the seed programs (each call one sandbox
+    process for all tasks, as a search screens), split into the policy's decisions and the rest
+    (dry-run accounting of every request, predicted probes, cost)."""
     import statistics
 
     from evals.fidelity import DryEngine, ProbeOutcome
     from evals.tasks import select_tasks
+    from search_spaces.seeds import seed_source
 
     tasks = select_tasks(load_suite(suite, "train"), n_tasks)
     table = EvidenceTable({(t.id, i): ProbeOutcome(True, False) for t in tasks for i in range(len(t.probes))})
     proxy = ProxyReplay(DryEngine.load(model, "plain"), table, EvalConfig(generate=False))
-    specs = [s for s in policies() if _builds(s)]
-    proxy.evaluate_many(specs[0], tasks)  # warm the render cache, as a search's first trial does
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        for spec in specs:
-            proxy.evaluate_many(spec, tasks)
-        times.append((time.perf_counter() - t) / (len(specs) * len(tasks)))
-    ms = 1000 * statistics.median(times)
-    return {"model": model, "suite": suite, "tasks": len(tasks), "policies": len(specs),
-            "proxy_ms_per_policy_task": ms, "proxy_evals_per_min": 60_000 / ms}
+    groups = {"families": [s for s in policies() if _builds(s)],
+              "programs": [PolicySpec("program", {}, source=seed_source(n), label=f"seed:{n}")
+                           for n in ("rolling_drop", "scored_drop", "thinking_drop")]}
+    proxy.evaluate_many(groups["families"][0], tasks)  # warm the render cache, as a search's first trial does
+    out: dict[str, Any] = {"model": model, "suite": suite, "tasks": len(tasks)}
+    for group, specs in groups.items():
+        whole, decide = [], []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            d = 0.0
+            for spec in specs:
+                policy = spec.build()
+                t1 = time.perf_counter()
+                runs = policy.run_episodes([proxy.episode(task) for task in tasks]) if policy is not None else []
+                d += time.perf_counter() - t1
+                for task, decisions in zip(tasks, runs):
+                    proxy._result(spec, task, dict(zip(proxy.episode(task).cuts, decisions)), 0.0)
+            n = len(specs) * len(tasks)
+            whole.append((time.perf_counter() - t) / n)
+            decide.append(d / n)
+        out[group] = {"policies": len(specs), "ms_per_policy_task": 1000 * statistics.median(whole),
+                      "decide_ms": 1000 * statistics.median(decide)}
+        out[group]["rest_ms"] = out[group]["ms_per_policy_task"] - out[group]["decide_ms"]
+    ms = out["programs"]["ms_per_policy_task"]
+    out.update({"proxy_ms_per_policy_task": ms, "proxy_evals_per_min": 60_000 / ms})
+    return out
 
 
 def _builds(spec: PolicySpec) -> bool:
@@ -128,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.proxy_speed:
         speed = proxy_speed(args.model, args.suite, args.tasks)
-        print(f"proxy: {speed['proxy_ms_per_policy_task']:.2f} ms per policy-task "
-              f"({speed['proxy_evals_per_min']:.0f} a minute; {speed['policies']} policies x {speed['tasks']} tasks)")
+        print(f"{'proxy, ms per policy-task':28s} {'total':>7s} {'decide':>7s} {'rest':>7s}")
+        for group in ("families", "programs"):
+            g = speed[group]
+            label = f"{group} ({g['policies']} x {speed['tasks']} tasks)"
+            print(f"{label:28s} {g['ms_per_policy_task']:7.2f} {g['decide_ms']:7.2f} {g['rest_ms']:7.2f}")
+        print(f"a search screens programs: {speed['proxy_evals_per_min']:.0f} policy-task evaluations a minute")
         out = Path(args.out or f"bench/results/proxy-speed-{args.model}-{args.suite}.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(speed, indent=1))

@@ -13,14 +13,18 @@ where the two outcomes come from two model evaluations per task that a search ru
 ``full`` cache (evidence attended) and the ``drop_evidence`` control (exactly the evidence
 dropped). The evidence messages that mention the answer (``evals.tasks.schema.mentions``) are
 *copies*: one still attended is enough (a fact restated in the agent's reasoning can be read from
-either message). The others are *hops*: each must still be attended (a multi-hop probe needs the
-message that leads to the answer). A probe is "without evidence" when a hop is gone or every copy
-is. (Treating every evidence id as needed predicted 0.583 for rolling drop of assistant turns with
-K=1 on `horizon` train, where the model passed 0.917: the tool response still held the answer that
-the dropped reasoning had restated.) What this ignores, and why it must be validated rather than assumed:
-dropping *other* messages (distractors, look-alikes) can change an answer too, and a policy can
-drop evidence that is restated in a kept message. :func:`spearman` measures how well the proxy
-ranks policies the way the model does; a search reports it beside every proxy number.
+either message), and so is the summary a summarizing baseline (Standard, Text Engineering) wrote
+in place of the messages it folded, when it mentions the answer. The others are *hops*: each must
+still be attended (a multi-hop probe needs the message that leads to the answer). A probe is
+"without evidence" when a hop is gone or every copy is. (Treating every evidence id as needed
+predicted 0.583 for rolling drop of assistant turns with K=1 on `horizon` train, where the model
+passed 0.917: the tool response still held the answer that the dropped reasoning had restated.
+Ignoring summaries predicted 0.167 for Text Engineering at a 10,530-token window, where the model
+passed 1.000: the extractive summary kept the facts.) What this ignores, and why it must be
+validated rather than assumed: dropping *other* messages (distractors, look-alikes) can change an
+answer too, and a summary can keep a fact in words the match does not find. :func:`spearman`
+measures how well the proxy ranks policies the way the model does; a search reports it beside
+every proxy number.
 
 Results carry ``fidelity="proxy"``: a proxy number is a prediction, never a pass rate.
 Not for: held-out claims (held-out is always answered by the model), or tasks whose two control
@@ -91,8 +95,10 @@ class EvidenceTable:
     def tasks(self) -> set[str]:
         return {t for t, _ in self.outcomes}
 
-    def predict(self, task: Task, index: int, dropped: set[int]) -> bool:
-        """Whether probe ``index`` of ``task`` is predicted to pass with messages ``dropped`` gone.
+    def predict(self, task: Task, index: int, dropped: set[int], summary: str | None = None) -> bool:
+        """Whether probe ``index`` of ``task`` is predicted to pass with messages ``dropped`` gone
+        (``summary``: the text a summarizing baseline put in their place, which is one more copy
+        when it mentions the answer).
 
         Raises:
             TaskError: the table has no outcome for this probe.
@@ -102,7 +108,9 @@ class EvidenceTable:
             raise TaskError(f"the proxy has no measured outcome for task {task.id!r} probe {index}: evaluate "
                             "'full' and 'drop_evidence' on it with the model first", field="task", value=task.id)
         copies, hops = self.evidence(task, index)
-        attended = not (hops & dropped) and (not copies or not copies <= dropped)
+        kept_copy = not copies or not copies <= dropped or (
+            summary is not None and mentions(summary, task.probes[index].answer))
+        attended = not (hops & dropped) and kept_copy
         return outcome.kept if attended else outcome.dropped
 
     def evidence(self, task: Task, index: int) -> tuple[frozenset[int], frozenset[int]]:
@@ -206,7 +214,8 @@ class ProxyReplay(Replay):
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
         probe = task.probes[index]
         _, _, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
-        passed = self.table.predict(task, index, dropped)
+        summary = decision.meta.get("summary") if decision is not None and decision.messages is not None else None
+        passed = self.table.predict(task, index, dropped, summary if isinstance(summary, str) else None)
         return ProbeResult(index, probe.kind, probe.after_message, probe.answer, "", False, False, "", False, False,
                            tuple(sorted(dropped & set(probe.evidence_ids))), passed)
 

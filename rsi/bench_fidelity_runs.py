@@ -5,8 +5,9 @@ experts' tuning ran, every promoted parameter set) is predicted again by the zer
 from the run's own stored ``full`` and ``drop_evidence`` controls: no model call, only the
 tokenizer. Per run and over all runs: the Spearman rank correlation and the mean absolute error
 between predicted and model train pass rates, for the proxy's rule (``evals.fidelity``: one attended
-copy of the answer is enough, every hop is needed) and for the rule before it (every evidence
-message needed), so a change of rule is judged on the policies real searches sent to the model.
+copy of the answer is enough, a baseline's summary that mentions it included; every hop is needed)
+and for the rules before it (summaries ignored; every evidence message needed), so a change of rule
+is judged on the policies real searches sent to the model.
 
 Prints a table and writes ``bench/results/fidelity-runs.json``. A benchmark, not a test.
 """
@@ -31,12 +32,22 @@ from rsi.rundir import read_json
 OUT = Path("bench/results/fidelity-runs.json")
 
 
+class CopiesAndHops(EvidenceTable):
+    """The rule before summaries counted: copies and hops, a baseline's summary ignored."""
+
+    def predict(self, task: Task, index: int, dropped: set[int], summary: str | None = None) -> bool:
+        return super().predict(task, index, dropped)
+
+
 class EveryEvidence(EvidenceTable):
     """The rule before copies and hops: a probe is without evidence once any evidence message is gone."""
 
-    def predict(self, task: Task, index: int, dropped: set[int]) -> bool:
+    def predict(self, task: Task, index: int, dropped: set[int], summary: str | None = None) -> bool:
         outcome = self.outcomes[(task.id, index)]
         return outcome.dropped if set(task.probes[index].evidence_ids) & dropped else outcome.kept
+
+
+RULES = {"current": "today's rule", "copies_and_hops": "summaries ignored", "every_evidence": "every message needed"}
 
 
 def _policies(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]], list[tuple[PolicySpec, float]]]:
@@ -81,8 +92,9 @@ def rescore(run: Path, engine: DryEngine) -> dict[str, Any]:
     controls, policies = _policies(run, train)
     full, dropped = controls["expert:full"], controls[DIAGNOSTIC]
     eval_config = EvalConfig(generate=False)
-    rules = {"copies_and_hops": EvidenceTable.fit(full, dropped)}
-    rules["every_evidence"] = EveryEvidence(rules["copies_and_hops"].outcomes)
+    table = EvidenceTable.fit(full, dropped)
+    rules = {"current": table, "copies_and_hops": CopiesAndHops(table.outcomes),
+             "every_evidence": EveryEvidence(table.outcomes)}
     model = [m for _, m in policies]
     predicted = {name: [aggregate(ProxyReplay(engine, table, eval_config).evaluate_many(spec, train)).pass_rate
                         for spec, _ in policies] for name, table in rules.items()}
@@ -107,14 +119,14 @@ def main(argv: list[str] | None = None) -> int:
             detail = f"no {err} in its store or config" if isinstance(err, KeyError) else str(err)
             ap.error(f"{run} is not a finished cache-policy search run with the cascade ({detail})")
     model = [m for r in rows for m in r["model"]]
-    pooled = {name: _scores(model, [p for r in rows for p in r["predicted"][name]])
-              for name in ("copies_and_hops", "every_evidence")}
-    print(f"{'run':28s} {'policies':>8s}  {'Spearman (copies+hops / every)':>31s}  {'MAE (copies+hops / every)':>26s}")
+    pooled = {name: _scores(model, [p for r in rows for p in r["predicted"][name]]) for name in RULES}
+    print("Spearman and mean absolute error of the predicted train pass rate, per rule: "
+          + "; ".join(f"{name} ({what})" for name, what in RULES.items()))
+    print(f"{'run':28s} {'policies':>8s}  " + "  ".join(f"{name[:16]:>16s} rho / MAE" for name in RULES))
     for r in [*rows, {"run": "all", "policies": len(model), "scores": pooled}]:
         s = r["scores"]
-        print(f"{str(r['run'])[-28:]:28s} {r['policies']:8d}  {s['copies_and_hops']['spearman']:>15.3f} / "
-              f"{s['every_evidence']['spearman']:<13.3f}  {s['copies_and_hops']['mae']:>12.3f} / "
-              f"{s['every_evidence']['mae']:<11.3f}")
+        print(f"{str(r['run'])[-28:]:28s} {r['policies']:8d}  "
+              + "  ".join(f"{s[name]['spearman']:>20.3f} / {s[name]['mae']:.3f}" for name in RULES))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"runs": rows, "pooled": pooled,
                                     "command": "python -m rsi.bench_fidelity_runs " + " ".join(map(str, args.runs))},

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity, spearman
-from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay
+from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, request_cuts
 from search_spaces.seeds import seed_source
 
 
@@ -23,7 +23,8 @@ def controls(eng, tasks):
 
 POLICIES = [PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 1}),
             PolicySpec("rolling_drop", {"keep_tool_responses": 3}),
-            PolicySpec("program", {"keep_tool_responses": 2}, source=seed_source("rolling_drop"), label="seed")]
+            PolicySpec("program", {"keep_tool_responses": 2}, source=seed_source("rolling_drop"), label="seed"),
+            PolicySpec("standard", {"window": 512})]
 
 
 @pytest.mark.parametrize("spec", POLICIES, ids=lambda s: s.display)
@@ -36,16 +37,26 @@ def test_proxy_costs_equal_the_model_replay_and_passes_follow_the_controls(eng, 
     before = eng.stats.requests, eng.stats.prefill_tokens
     predicted = proxy.evaluate_many(spec, tasks)
     assert (eng.stats.requests, eng.stats.prefill_tokens) == before  # no forward at all
+    summarized = 0
     for task, p, f, d in zip(tasks, predicted, full, dropped):
         m = replay.evaluate(spec, task)
         assert p.ok and m.ok and p.fidelity == "proxy" and m.fidelity == "model"
         assert p.cost == m.cost and [r.usage for r in p.requests] == [r.usage for r in m.requests]
+        runs = spec.build().run_episode(list(task.messages), token_counts=replay.token_counts(task),
+                                        cuts=request_cuts(task)) if spec.name == "standard" else ()
+        at = dict(zip(request_cuts(task), runs))
         for probe, pp, mp, fp, dp in zip(task.probes, p.probes, m.probes, f.probes, d.probes):
             assert pp.evidence_dropped == mp.evidence_dropped
             copies = {e for e in probe.evidence_ids if _says(task.messages[e], probe.answer)}
             gone = set(mp.evidence_dropped)
-            attended = not (set(probe.evidence_ids) - copies) & gone and (not copies or bool(copies - gone))
+            decision = at.get(probe.after_message + 1)
+            summary = decision.meta.get("summary") if decision is not None else None
+            in_summary = bool(summary) and _says({"content": summary}, probe.answer)
+            summarized += in_summary
+            attended = not (set(probe.evidence_ids) - copies) & gone and (not copies or bool(copies - gone)
+                                                                          or in_summary)
             assert pp.passed == (fp.passed if attended else dp.passed)
+    assert spec.name != "standard" or summarized  # the fixture's tasks do exercise a summary that keeps a fact
 
 
 def _says(message: dict, answer: str) -> bool:
@@ -75,6 +86,10 @@ def test_one_attended_copy_of_the_answer_is_enough_but_every_hop_is_needed():
     assert table.evidence(task, 0) == ({1, 2}, set()) and table.evidence(task, 1) == ({4}, {3})
     assert [table.predict(task, 0, d) for d in (set(), {1}, {2}, {1, 2})] == [True, True, True, False]
     assert [table.predict(task, 1, d) for d in (set(), {3}, {4}, {0})] == [True, False, False, True]
+    # A summary in place of folded messages is one more copy when it mentions the answer; never a hop.
+    assert table.predict(task, 0, {1, 2}, "order 7 (carrier Norvale) is held") is True
+    assert table.predict(task, 0, {1, 2}, "order 7 is held") is False
+    assert table.predict(task, 1, {3}, "ticket 12: order 7 ships from Dock B") is False
 
 
 def test_the_controls_reproduce_themselves(eng, tasks, controls):

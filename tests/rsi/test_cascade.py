@@ -186,7 +186,7 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
     from rsi.bench_fidelity_runs import rescore
 
     again = rescore(run, DryEngine.of(tiny_plain))
-    rescored = {(round(m, 9), round(p, 9)) for m, p in zip(again["model"], again["predicted"]["copies_and_hops"],
+    rescored = {(round(m, 9), round(p, 9)) for m, p in zip(again["model"], again["predicted"]["current"],
                                                            strict=True)}
     in_run = {(round(v["model_pass"], 9), round(v["predicted_pass"], 9)) for v in pairs.values()}
     assert again["policies"] >= len(settings) and in_run <= rescored, (in_run, rescored)
