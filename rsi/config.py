@@ -135,12 +135,17 @@ class CascadeConfig:
             accurate prediction, then the cheapest set predicted to reach each expert's predicted
             pass, then sets spread along cost; ``rsi.tuning.promoted``).
         margin: predicted-pass margin of the promotion rule (0: the plain proxy front).
+        check: after the last generation, how many screened parameter sets the model has not
+            evaluated it evaluates on all of train, spread evenly over the predicted pass range,
+            only to check the proxy (``rsi.search.Search.fidelity_sample``): the promoted sets
+            alone cover a narrow range of predictions, where a rank correlation says little.
     """
 
     enabled: bool = False
     trials: int = 32
     promote: int = 2
     margin: float = 0.02
+    check: int = 0
 
 
 @dataclass(frozen=True)
@@ -246,6 +251,7 @@ class SearchConfig:
             (isinstance(self.cascade.enabled, bool), "cascade.enabled", self.cascade.enabled, "true or false"),
             (_count(self.cascade.trials), "cascade.trials", self.cascade.trials, "an integer >= 1"),
             (_count(self.cascade.promote), "cascade.promote", self.cascade.promote, "an integer >= 1"),
+            (_count(self.cascade.check, 0), "cascade.check", self.cascade.check, "an integer >= 0"),
             (isinstance(self.cascade.margin, int | float) and not isinstance(self.cascade.margin, bool)
              and 0 <= self.cascade.margin < 1, "cascade.margin", self.cascade.margin, "a number in [0, 1)"),
             (isinstance(self.tune_experts, bool), "tune_experts", self.tune_experts, "true or false"),

@@ -36,10 +36,12 @@ class EvalPlan:
     programs: int
     per_heldout_close: int
     heldout_closes: int
+    check: int = 0
 
     @property
     def total(self) -> int:
-        return self.experts + self.per_program * self.programs + self.per_heldout_close * self.heldout_closes
+        return (self.experts + self.per_program * self.programs + self.per_heldout_close * self.heldout_closes
+                + self.check)
 
 
 def plan_evaluations(config: SearchConfig, n_train: int, n_heldout: int) -> EvalPlan:
@@ -51,6 +53,7 @@ def plan_evaluations(config: SearchConfig, n_train: int, n_heldout: int) -> Eval
         programs=len(config.seeds) + config.generations * config.proposer.per_generation,
         per_heldout_close=(config.heldout_front + len(config.experts)) * n_heldout,
         heldout_closes=config.generations + 1,
+        check=config.cascade.check * n_train if config.cascade.enabled else 0,
     )
 
 

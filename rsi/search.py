@@ -96,6 +96,8 @@ class Search:
         self.fidelity_pairs: dict[str, tuple[float, float]] = {}  # policy -> (predicted, model) pass on train
         self.expert_trials: list[tuple[PolicySpec, float]] = []  # expert-tuning trials finished: model train pass
         self.screened = 0  # proxy trials this attempt
+        self.screen_pool: dict[str, tuple[str, dict[str, Any], float]] = {}  # id -> (program, params, predicted)
+        self.fidelity_sampled: set[str] = set()  # pairs added by fidelity_sample
         self.speed = FidelitySpeed()  # policy-task evaluations and their seconds per fidelity, this attempt
         self._progress_enabled = progress
         self._outputs_generation = self._written_generation()
@@ -239,6 +241,8 @@ class Search:
             proposer = self.proposer(smoke)
             for g in range(1, cfg.generations + 1):
                 self._generation(g, proposer)
+            if self._proxy is not None and cfg.cascade.check:
+                self.fidelity_sample(cfg.cascade.check)
             status = "FINISHED"
         except BaseException as err:
             self.state["error"] = f"{type(err).__name__}: {err}"
@@ -384,6 +388,29 @@ class Search:
         for o in result.trials:
             if o.state == "complete" and o.proxy is not None and o.train is not None:
                 self.fidelity_pairs[candidate_id(sha, o.params)] = (o.proxy.pass_rate, o.train.pass_rate)
+        for o in result.screened:
+            if o.proxy is not None and o.proxy.ok:
+                self.screen_pool.setdefault(candidate_id(sha, o.params), (sha, o.params, o.proxy.pass_rate))
+        self._write_fidelity()
+
+    def fidelity_sample(self, n: int) -> None:
+        """Evaluate with the model, on all of train, ``n`` screened parameter sets it has not
+        evaluated there, at evenly spaced ranks of their predicted pass (ties broken by id, so a
+        resumed run picks the same ones), and add them to the proxy's fidelity pairs. They check
+        the proxy only: they are not candidates, and the front and the headline never see them."""
+        pool = sorted((pred, cid, sha, params) for cid, (sha, params, pred) in self.screen_pool.items()
+                      if cid not in self.fidelity_pairs)
+        picks = sorted({round(i * (len(pool) - 1) / max(1, n - 1)) for i in range(n)}) if pool else []
+        self._say(f"fidelity check: the model evaluates {len(picks)} of {len(pool)} screened parameter sets "
+                  f"it had not, spread over the predicted pass range")
+        with self.progress.unit(self.plan.check):
+            for i in picks:
+                pred, cid, sha, params = pool[i]
+                spec = PolicySpec("program", params, source=self._source(sha), label=f"check:{sha[:8]}")
+                measured = aggregate(self.evaluate(spec, self.train))
+                if measured.ok:
+                    self.fidelity_pairs[cid] = (pred, measured.pass_rate)
+                    self.fidelity_sampled.add(cid)
         self._write_fidelity()
 
     def _write_fidelity(self) -> None:
@@ -394,6 +421,7 @@ class Search:
             "enough": check.enough, "summary": check.summary(), "screened_trials": self.screened,
             "speed": self.speed.to_dict(),
             "pairs": {k: {"predicted_pass": p, "model_pass": m} for k, (p, m) in sorted(self.fidelity_pairs.items())},
+            "sampled": sorted(self.fidelity_sampled),
         })
 
     def _generation_zero(self) -> None:

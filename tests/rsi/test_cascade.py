@@ -190,3 +190,47 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
                                                            strict=True)}
     in_run = {(round(v["model_pass"], 9), round(v["predicted_pass"], 9)) for v in pairs.values()}
     assert again["policies"] >= len(settings) and in_run <= rescored, (in_run, rescored)
+
+
+def test_the_fidelity_sample_adds_unpromoted_sets_spread_over_the_predictions(tmp_path, tiny_plain):
+    """cascade.check: after the generations the model evaluates screened sets it had not, at evenly
+    spaced ranks of their prediction; each pair's model pass is recomputed here from the stored
+    rows and its prediction from the run's proxy study; none of them becomes a candidate."""
+    import json
+
+    from evals.replay import PolicySpec, result_from_row
+    from rsi.metrics import aggregate
+    from rsi.search import Search
+    from rsi.store import EvalStore
+    from tests.rsi.conftest import tiny_config
+
+    config = tiny_config(generations=0, tune_experts=False,
+                         cascade={"enabled": True, "trials": 8, "promote": 1, "margin": 0.0, "check": 3})
+    run = tmp_path / "run"
+    search = Search(config, run, engine=tiny_plain)
+    search.run()
+    fid = json.loads((run / "fidelity.json").read_text())
+    sampled = fid["sampled"]
+    pool = sorted((pred, cid) for cid, (_, _, pred) in search.screen_pool.items())
+    assert 1 <= len(sampled) <= 3 and set(sampled) <= {cid for _, cid in pool}
+    promoted_pairs = set(fid["pairs"]) - set(sampled)
+    spare = [(pred, cid) for pred, cid in pool if cid not in promoted_pairs]
+    assert spare[0][1] in sampled and spare[-1][1] in sampled  # both ends of the predicted range
+    rows = EvalStore(run / "evaluations.jsonl").rows()
+    archive_ids = {c.id for c in search.archive.candidates}
+    for cid in sampled:
+        sha, params, pred = search.screen_pool[cid]
+        spec = PolicySpec("program", params, source=(run / "programs" / f"{sha}.py").read_text())
+        stored = [result_from_row(r) for r in rows if r["policy_key"] == spec.key and r["split"] == "train"]
+        assert len(stored) == config.data.train_tasks
+        assert fid["pairs"][cid] == {"predicted_pass": pred, "model_pass": pytest.approx(aggregate(stored).pass_rate)}
+        assert cid not in archive_ids
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_a_bad_fidelity_sample_size_is_refused_naming_the_field(bad):
+    from engine.errors import AKVError
+    from tests.rsi.conftest import tiny_config
+
+    with pytest.raises(AKVError, match=r"cascade\.check"):
+        tiny_config(cascade={"enabled": True, "check": bad})
