@@ -240,6 +240,12 @@ def count_drops(items: Sequence[Item]) -> int:
     return sum(kinds.count(cls) for cls in set(kinds) if issubclass(cls, Drop))
 
 
+def mask_runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The maximal runs [s, e) where the boolean ``mask`` is true, in order."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+
+
 def intersect_ranges(
     a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]
 ) -> tuple[tuple[int, int], ...]:

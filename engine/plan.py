@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.history import History, Item
+from engine.history import History, Item, mask_runs
 from engine.kvstore import Payload
 from engine.radix import KVState, MatchResult, Node, RadixTree
 
@@ -176,8 +176,9 @@ def commit(
         assert make_payload is not None
         for node in list(plan.match.path):
             if node.state is KVState.ABSENT and node.n_tokens:
-                for s, e in _runs(stored, node.token_start, node.token_end):
-                    tree.fill(tree._isolate(node, s, e), make_payload(s, e))
+                a = node.token_start
+                for s, e in mask_runs(stored[a:node.token_end]):
+                    tree.fill(tree._isolate(node, a + s, a + e), make_payload(a + s, a + e))
     end: Node = plan.match.last or tree.root
     suffix = list(items[plan.match.n_items:])
     token = plan.matched_tokens
@@ -205,12 +206,6 @@ def commit(
             if plan.match.last is not None:
                 tree.unlock(plan.match.last)
     return end
-
-
-def _runs(mask: np.ndarray, start: int, end: int) -> list[tuple[int, int]]:
-    """Maximal runs [s, e) within [start, end) where ``mask`` is true."""
-    edges = np.diff(np.concatenate(([0], mask[start:end].astype(np.int8), [0])))
-    return [(start + int(s), start + int(e)) for s, e in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1))]
 
 
 def release(tree: RadixTree, node: Node) -> None:

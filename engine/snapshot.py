@@ -46,7 +46,7 @@ from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
 from engine.errors import SnapshotError, show
-from engine.history import REPOSITION, Drop, Item, Reposition, Salt, replay, salted
+from engine.history import REPOSITION, Drop, Item, Reposition, Salt, mask_runs, replay, salted
 from engine.kvstore import TensorKV
 from engine.plan import Plan, TokenUsage, commit, release
 from engine.radix import KVState
@@ -168,11 +168,6 @@ def new_secret() -> bytes:
     return secrets.token_bytes(32)
 
 
-def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
-    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
-    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
-
-
 # ---------------------------------------------------------------------- bytes <-> tree
 
 def encode_session(engine: Engine, messages: Sequence[Any], schedule: Any, *, salt: str | None = None,
@@ -207,7 +202,7 @@ def encode_session(engine: Engine, messages: Sequence[Any], schedule: Any, *, sa
             "format": FORMAT, "model": engine.name, "tokenizer": engine.tokenizer_fingerprint,
             "geometry": [g.n_layers, g.n_kv_heads, g.head_dim, g.dtype_bytes], "dtype": str(engine.model.dtype),
             "template": engine.renderer.template.name, "items": encode_items(items),
-            "kv_ranges": _runs(has), "messages": list(messages), "schedule": layout.schedule.to_wire(),
+            "kv_ranges": mask_runs(has), "messages": list(messages), "schedule": layout.schedule.to_wire(),
             "checksum": _checksum(tensors),
         }
     finally:

@@ -261,8 +261,10 @@ class RequestView:
         an exported module can refuse the request even when the program catches the exception.
         ``built``: the :class:`Message` of each message, already made (programs cannot assign
         attributes, so the requests of one trajectory share them instead of rebuilding them)."""
-        if len(tokens) != len(messages) or (built is not None and len(built) != len(messages)):
+        if len(tokens) != len(messages):
             raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
+        if built is not None and len(built) != len(messages):
+            raise ValueError(f"{len(built)} built messages for {len(messages)} messages")
         self.messages = (tuple(built) if built is not None
                          else tuple(Message(i, m, int(tokens[i])) for i, m in enumerate(messages)))
         self.tokens = tuple(int(t) for t in tokens)

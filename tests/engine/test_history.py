@@ -10,8 +10,10 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.history import Drop, Reposition, Salt, replay
+from engine.history import Drop, Reposition, Salt, count_drops, count_tokens, event_indices, mask_runs, replay
 
 
 def reference(items):
@@ -77,3 +79,23 @@ def test_replay_equals_the_token_by_token_reference(seed):
     got = [(s.start, s.first_pos, tuple(s.view.tolist()), tuple(s.view_pos.tolist()), s.end) for s in h.segments]
     assert got == [(a, p, v, vp, e) for a, p, v, vp, e in segments]
     assert all(arr.dtype == np.int64 for arr in (h.token_ids, h.compute_pos, h.alive, h.alive_pos, h.item_token))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), max_size=40))
+def test_mask_runs_are_the_maximal_true_runs(bits):
+    runs, start = [], None  # the obvious scan
+    for i, b in enumerate([*bits, False]):
+        if b and start is None:
+            start = i
+        elif not b and start is not None:
+            runs.append((start, i))
+            start = None
+    assert mask_runs(np.array(bits, dtype=bool)) == runs
+
+
+def test_events_and_tokens_are_counted_by_type():
+    items = [Salt("t"), 1, 2, Drop(((0, 1),)), 3, Reposition(), Drop(((1, 2),)), 4]
+    assert event_indices(items) == [0, 3, 5, 6]
+    assert count_tokens(items) == 4 and count_drops(items) == 2
+    assert event_indices([]) == [] and count_tokens([]) == 0 == count_drops([5, 6])
