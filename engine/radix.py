@@ -184,7 +184,7 @@ class RadixTree:
             child = node.children.get(items[i])
             if child is None:
                 break
-            k = _common_prefix(child.items, items, i)
+            k = common_prefix(child.items, items, i)
             if k < len(child.items):
                 child = self._split(child, k)
             path.append(child)
@@ -551,7 +551,7 @@ class RadixTree:
         assert self.host_used <= self.host_bytes, f"host over budget: {self.host_used} > {self.host_bytes}"
 
 
-def _common_prefix(edge: Sequence[Item], items: Sequence[Item], start: int) -> int:
+def common_prefix(edge: Sequence[Item], items: Sequence[Item], start: int = 0) -> int:
     """Length of the common prefix of ``edge`` and ``items[start:]``."""
     n = min(len(edge), len(items) - start)
     if list(edge[:n]) == list(items[start:start + n]):

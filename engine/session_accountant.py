@@ -41,6 +41,7 @@ from engine.accounting import Accountant
 from engine.history import Drop, Item, Reposition, event_indices
 from engine.layout import Rendered, Renderer
 from engine.plan import TokenUsage
+from engine.radix import common_prefix
 from engine.schedule import Schedule
 
 UNBOUNDED = 1 << 60
@@ -105,7 +106,7 @@ class SessionAccountant:
         if len(items) - g < k0 or self._branch >= k0 or items[:k0] != self._stable:
             return None
         new = items[k0:]
-        m = _common_prefix(new, self._tail)  # the tail holds tokens only: m tokens have KV
+        m = common_prefix(self._tail, new)  # the tail holds tokens only: m tokens have KV
         if m >= len(new) or not 0 < g <= len(new) - m or any(type(t) is not int for t in items[-g:]):
             return None
         walk = _walk(new, self._alive, self._pos, self._next_pos)
@@ -122,20 +123,6 @@ class SessionAccountant:
         self._alive, self._pos, self._next_pos = alive[:n - g], pos[:n - g], next_pos - g
         self.fast_requests += 1
         return TokenUsage(n, prefill, cached, n - prefill - cached, repos, len(output))
-
-
-def _common_prefix(a: Sequence[Item], b: Sequence[Item]) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi + 1] != b[:hi + 1]
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 Walk = tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, np.ndarray]], int]
