@@ -369,15 +369,19 @@ class Search:
         if proxy is None:
             return None
 
+        evaluated = [0]  # policy-task evaluations of this screen
+
         def predict(params: dict[str, Any], tasks: Sequence[Task]) -> list[TaskResult]:
-            t0 = time.perf_counter()
             results = proxy.evaluate_many(PolicySpec("program", params, source=source, label=label), tasks)
-            self.speed.add("proxy", [(time.perf_counter() - t0) / max(1, len(results))] * len(results))
+            evaluated[0] += len(results)
             return results
+
+        def timed(seconds: float) -> None:  # the whole screen, space() and Optuna included
+            self.speed.add("proxy", [seconds / max(1, evaluated[0])] * evaluated[0])
 
         experts = (c.id for c in self.archive.candidates if c.expert and c.id in self.fidelity_pairs)
         anchors = tuple(self.fidelity_pairs[cid][0] for cid in experts) if cfg.promote > 1 else ()
-        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors)
+        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors, timed)
 
     def _record_fidelity(self, sha: str, result: TuneResult) -> None:
         """Pairs of (predicted, model) train pass rate of every promoted trial the model finished."""

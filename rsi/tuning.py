@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,6 +78,9 @@ class Screen:
             ``margin`` more pass (0: the plain Pareto front of the predictions).
         anchors: the experts' predicted pass rates on the same tasks; promotion then favours the
             cheapest set predicted to reach each (:func:`promoted`).
+        timed: called with the wall seconds of the whole proxy study (each trial's ``space`` in
+            the sandbox, Optuna's sampling and storage, ``evaluate``) when it ends: what screening
+            really costs.
     """
 
     evaluate: Evaluate
@@ -84,6 +88,7 @@ class Screen:
     promote: int
     margin: float
     anchors: tuple[float, ...] = ()
+    timed: Callable[[float], None] | None = None
 
     def __post_init__(self) -> None:
         if self.trials < 1 or self.promote < 1 or not 0 <= self.margin < 1:
@@ -281,5 +286,8 @@ def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers
                                               None, metrics, dict(trial.params))
         return metrics.cost_cents_mean, metrics.pass_rate
 
+    t0 = time.perf_counter()
     study.optimize(objective, n_trials=screen.trials, catch=(CandidateFailure,))
+    if screen.timed is not None:
+        screen.timed(time.perf_counter() - t0)
     return [outcomes[n] for n in sorted(outcomes)]

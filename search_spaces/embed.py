@@ -18,7 +18,9 @@ from search_spaces import program_api
 
 
 class Embedder(Protocol):
-    """Turns texts into vectors. ``embed`` must be deterministic for a given text."""
+    """Turns texts into vectors. ``embed`` must be deterministic for a given text, and ``name``
+    names the embedding: two embedders of one class and name give the same vectors (relevance is
+    cached under them)."""
 
     name: str
 
@@ -67,13 +69,32 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / norm if norm else 0.0
 
 
+_RELEVANCE: dict[tuple[str, str, str], tuple[float, ...]] = {}
+_RELEVANCE_SIZE = 4096
+
+
 def intent_relevance(messages: Sequence[Mapping[str, Any]], embedder: Embedder) -> tuple[float, ...]:
     """Per message, the cosine similarity of its text to the first user message's (1.0 for that
-    message itself, 0.0 for empty texts and when there is no user message)."""
+    message itself, 0.0 for empty texts and when there is no user message).
+
+    Cached per embedder (its type and ``name``: an embedder is deterministic per text) and message
+    texts: a search asks for the same trajectories once per trial."""
     texts = [program_api.Message(i, m, 0).text for i, m in enumerate(messages)]
     first = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
     if first is None:
         return tuple(0.0 for _ in messages)
+    digest = hashlib.sha1(f"{first}".encode())
+    for t in texts:
+        digest.update(b"\x00" + t.encode("utf-8", errors="surrogatepass"))
+    key = (type(embedder).__qualname__, str(getattr(embedder, "name", "")), digest.hexdigest())
+    if key not in _RELEVANCE:
+        if len(_RELEVANCE) >= _RELEVANCE_SIZE:
+            _RELEVANCE.clear()
+        _RELEVANCE[key] = _relevance(texts, first, embedder)
+    return _RELEVANCE[key]
+
+
+def _relevance(texts: list[str], first: int, embedder: Embedder) -> tuple[float, ...]:
     wanted = sorted({i for i, t in enumerate(texts) if t} | {first})
     vectors = dict(zip(wanted, embedder.embed([texts[i] for i in wanted])))
     intent = vectors[first]

@@ -24,7 +24,7 @@ from search_spaces.embed import Embedder
 from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
 from search_spaces.policy import Policy
 from search_spaces.request import Episode, Request
-from search_spaces.sandbox import RunOutcome, SandboxLimits, Status, one_line, run_child
+from search_spaces.sandbox import ChildOutput, RunOutcome, SandboxLimits, SandboxSession, SessionPool, Status, one_line
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,24 @@ def _job_params(params: Mapping[str, Any]) -> dict[str, Any]:
         raise ParameterError(f"program parameters must be JSON values: {err}", field="params") from err
 
 
+SESSIONS = SessionPool()
+"""The sandbox processes of the programs run lately (one per program and limits): a call runs the
+program's module code afresh in its process, as a new process would, without paying for one."""
+
+
+def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[str, Any],
+               answer: Any = None) -> ChildOutput:
+    """``message`` (a ``space`` or ``decide`` call) answered by the program's pooled sandbox process.
+    Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
+    lifetime = SandboxLimits(limits.cpu_seconds * (SESSIONS.max_calls + 1), limits.wall_seconds, limits.memory_mb,
+                             limits.max_output_bytes, limits.max_params)
+
+    def start() -> SandboxSession:
+        return SandboxSession({"mode": "program", "source": source}, lifetime, call_cpu_seconds=limits.cpu_seconds)
+
+    return SESSIONS.ask((sha256, limits), start, message, answer)
+
+
 def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episode],
                 limits: SandboxLimits | None = None) -> SandboxResult:
     """Check ``source``, run ``decide`` on every request of ``episodes`` in one sandbox process
@@ -69,9 +87,9 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
     if check.defaults is not None and set(params) - set(check.defaults):
         unknown = sorted(set(params) - set(check.defaults))[0]
         return SandboxResult(Status.INVALID, f"parameter {unknown!r} is not in the program's DEFAULTS", check.sha256)
-    job = {"mode": "decide", "source": source, "params": _job_params({**(check.defaults or {}), **params}),
+    job = {"mode": "decide", "params": _job_params({**(check.defaults or {}), **params}),
            "episodes": [_episode_job(e) for e in episodes]}
-    out = run_child(job, limits)
+    out = _sandboxed(source, check.sha256, limits, job)
     if out.status is not Status.OK or out.answer is None:
         return SandboxResult(out.status, out.reason, check.sha256, out.wall_seconds)
     raw = out.answer.get("episodes")
@@ -105,7 +123,7 @@ def suggest_params(source: str, trial: Any, limits: SandboxLimits | None = None)
     check = check_program(source)
     if not check.ok:
         return SandboxResult(Status.REFUSED, check.reason, check.sha256)
-    out = run_child({"mode": "space", "source": source}, limits, answer=lambda spec: _ask(trial, spec))
+    out = _sandboxed(source, check.sha256, limits, {"mode": "space"}, answer=lambda spec: _ask(trial, spec))
     if out.status is not Status.OK or out.answer is None:
         reason = out.reason if out.reason.startswith("space(trial)") else f"space(trial): {out.reason}"
         return SandboxResult(out.status, reason, check.sha256, out.wall_seconds)
@@ -240,9 +258,8 @@ class ProgramPolicy(Policy):
 
     def propose(self, request: Request) -> Mapping[str, Any]:
         episode = Episode(request.messages, request.token_counts, (request.n,), request.relevance)
-        job = {"mode": "decide", "source": self.source, "params": self._params,
-               "episodes": [_episode_job(episode, request.previous)]}
-        out = run_child(job, self.limits)
+        job = {"mode": "decide", "params": self._params, "episodes": [_episode_job(episode, request.previous)]}
+        out = _sandboxed(self.source, self.sha256, self.limits, job)
         if out.status is not Status.OK or out.answer is None:
             raise ProgramFailure(f"program failed: {out.reason}",
                                  result=SandboxResult(out.status, out.reason, self.sha256, out.wall_seconds))

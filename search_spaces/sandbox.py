@@ -11,6 +11,7 @@ program in the calling process, and it knows nothing about decisions (``program.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import json
 import os
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -288,23 +290,27 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 class SandboxSession:
-    """A long-lived sandbox child in ``serve`` mode: one JSON request per line, one answer per line.
+    """A long-lived sandbox child in a serving mode: one JSON request per line, one answer per line.
 
-    The child is confined exactly as in :func:`run_child` (``cpu_seconds`` bounds its whole life;
-    ``wall_seconds`` bounds each answer, and the start). After the first failure (timeout, crash,
-    error, oversized answer) the session is dead: every later :meth:`ask` returns that failure.
-    Always :meth:`close` it (it is also a context manager); closing kills the process group.
+    The child is confined exactly as in :func:`run_child`: ``limits.cpu_seconds`` bounds its whole
+    life and ``wall_seconds`` bounds each answer, and the start. ``call_cpu_seconds`` also bounds
+    the CPU time of each answer (read from ``/proc`` while waiting; where there is no ``/proc``,
+    the wall-clock limit bounds it). After the first failure (timeout, crash, oversized answer,
+    an error unless ``ask(keep_on_error=True)``) the session is dead: every later :meth:`ask`
+    returns that failure. Always :meth:`close` it (it is also a context manager); closing kills the
+    process group.
 
     Raises:
         TypeError: ``job`` is not JSON (a caller mistake).
     """
 
-    def __init__(self, job: dict[str, Any], limits: SandboxLimits) -> None:
+    def __init__(self, job: dict[str, Any], limits: SandboxLimits, call_cpu_seconds: float | None = None) -> None:
         self.limits = limits
+        self.call_cpu_seconds = call_cpu_seconds
         self.failure: ChildOutput | None = None
         self.calls = 0
         self._tmp = tempfile.TemporaryDirectory(prefix="akv-sandbox-")
-        payload = json.dumps({**job, "mode": "serve", "limits": limits.for_child()}).encode() + b"\n"
+        payload = json.dumps({"mode": "serve", **job, "limits": limits.for_child()}).encode() + b"\n"
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-B", str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, env={}, cwd=self._tmp.name, start_new_session=True, close_fds=True)
@@ -320,20 +326,39 @@ class SandboxSession:
         if first.status is not Status.OK:
             self._fail(first)
 
+    @property
+    def alive(self) -> bool:
+        return self.failure is None and self.proc.poll() is None
+
     def __enter__(self) -> SandboxSession:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def ask(self, message: dict[str, Any]) -> ChildOutput:
-        """Send one request line and wait for its answer (status OK: ``answer`` is the parsed line)."""
+    def ask(self, message: dict[str, Any], answer: Callable[[dict[str, Any]], Any] | None = None, *,
+            keep_on_error: bool = False) -> ChildOutput:
+        """Send one request line and wait for its answer (status OK: ``answer`` is the parsed line).
+
+        ``answer`` serves the child's ``{"ask": spec}`` lines before its answer, as in
+        :func:`run_child` (at most ``limits.max_params``; a failure to answer is ``INVALID``).
+        With ``keep_on_error`` an ``ERROR`` answer (the program raised; the child caught it and is
+        intact) leaves the session alive; every other failure ends it.
+        """
         if self.failure is not None:
             return self.failure
         self.calls += 1
         _send(self.proc, json.dumps(message).encode() + b"\n")
-        out = self._answer()
-        if out.status is not Status.OK:
+        start, cpu0 = time.monotonic(), _cpu_seconds(self.proc.pid)
+        dialog = _Dialog(self.proc, b"", answer, self.limits.max_params) if answer is not None else None
+        while True:
+            out = self._answer(start, cpu0, questions=dialog is not None)
+            if dialog is None or out.reason != "ask" or out.answer is None:
+                break
+            if not dialog.serve(bytearray(out.answer["line"] + b"\n")):
+                out = ChildOutput(Status.INVALID, one_line(dialog.failure), None, time.monotonic() - start)
+                break
+        if out.status is not Status.OK and not (keep_on_error and out.status is Status.ERROR):
             self._fail(out)
         return out
 
@@ -357,8 +382,12 @@ class SandboxSession:
             _kill(self.proc)
             self.proc.wait()
 
-    def _answer(self) -> ChildOutput:
-        start = time.monotonic()
+    def _answer(self, start: float | None = None, cpu0: float | None = None, questions: bool = False,
+                ) -> ChildOutput:
+        """The next answer line (or how the child ended), within the limits of the call begun at
+        ``start`` (the wall clock) with ``cpu0`` CPU seconds used. With ``questions``, a question
+        line comes back unparsed as ``OK`` with reason ``"ask"`` and ``answer={"line": ...}``."""
+        start = time.monotonic() if start is None else start
         deadline = start + self.limits.wall_seconds
         cap = self.limits.max_output_bytes + 4096
         while b"\n" not in self._out:
@@ -379,6 +408,12 @@ class SandboxSession:
                 key.data.extend(chunk)
                 if key.data is self._err and len(self._err) > _STDERR_CAP:
                     del self._err[: len(self._err) - _STDERR_CAP]
+            if self.call_cpu_seconds is not None and cpu0 is not None and b"\n" not in self._out:
+                used = _cpu_seconds(self.proc.pid)
+                if used is not None and used - cpu0 > self.call_cpu_seconds:
+                    _kill(self.proc)
+                    return ChildOutput(Status.TIMEOUT, f"CPU time limit of {self.call_cpu_seconds:g} s exceeded",
+                                       None, time.monotonic() - start)
             if len(self._out) > cap:
                 return ChildOutput(Status.OUTPUT_LIMIT, f"the answer exceeds {self.limits.max_output_bytes} bytes",
                                    None, time.monotonic() - start)
@@ -388,6 +423,8 @@ class SandboxSession:
         if b"\n" in self._out:
             line, _, rest = bytes(self._out).partition(b"\n")
             self._out[:] = rest
+            if questions and line.startswith(b'{"ask"'):
+                return ChildOutput(Status.OK, "ask", {"line": line}, wall)
             return _classify(0, line, b"", "exit", self.limits, wall)
         try:
             rc = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -399,3 +436,56 @@ class SandboxSession:
         if rc == 0 and not out:
             return ChildOutput(Status.CRASHED, "the sandbox process exited without an answer", None, wall)
         return _classify(rc, out, bytes(self._err), "exit", self.limits, wall)
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (from ``/proc``), or None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime and stime: fields 14 and 15 of stat(5)
+
+
+class SessionPool:
+    """Live :class:`SandboxSession` objects by key, at most ``size`` of them (least recently used
+    closed first), each replaced after ``max_calls`` calls or its first failure. Closed at exit.
+
+    Starting a sandbox process costs about 30 ms (an interpreter and the sandbox's modules), more
+    than a policy program's decisions on a few tasks; a search asks the same program for thousands
+    of trials, so its process is kept.
+    """
+
+    def __init__(self, size: int = 4, max_calls: int = 256) -> None:
+        self.size, self.max_calls = size, max_calls
+        self._sessions: dict[Any, SandboxSession] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def ask(self, key: Any, start: Callable[[], SandboxSession], message: dict[str, Any],
+            answer: Callable[[dict[str, Any]], Any] | None = None) -> ChildOutput:
+        """``message`` to the session of ``key`` (started by ``start()`` when there is none alive);
+        a program's error leaves the session alive."""
+        with self._lock:
+            session = self._sessions.pop(key, None)
+            if session is not None and (not session.alive or session.calls >= self.max_calls):
+                session.close()
+                session = None
+            if session is None:
+                session = start()
+                if session.failure is not None:
+                    session.close()
+                    return session.failure
+            self._sessions[key] = session
+            while len(self._sessions) > self.size:
+                self._sessions.pop(next(iter(self._sessions))).close()
+            return session.ask(message, answer, keep_on_error=True)
+
+    def close(self) -> None:
+        with self._lock:
+            while self._sessions:
+                self._sessions.popitem()[1].close()

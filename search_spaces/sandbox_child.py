@@ -189,8 +189,9 @@ def _failure(err: BaseException, stage: Stage) -> dict[str, Any]:
     return {"status": "error", "reason": stage.reason(f"{name}{line}: {_text(err)}")}
 
 
-def _run(job: dict[str, Any], api: Any, rules: Any, stage: Stage,
-         survival: Any = None) -> dict[str, Any] | None:
+def _namespace(rules: Any) -> dict[str, Any]:
+    """A fresh global namespace for the program: the allowed builtins and an ``__import__`` that
+    hands out new proxies of the allowed modules (nothing a program sets there outlives it)."""
     proxies = {name: types.SimpleNamespace(**{n: getattr(__import__(name), n) for n in sorted(allowed)})
                for name, allowed in rules.ALLOWED_MODULES.items()}
 
@@ -200,8 +201,13 @@ def _run(job: dict[str, Any], api: Any, rules: Any, stage: Stage,
             raise ImportError(f"import of {name!r} is not allowed")
         return proxies[name]
 
-    namespace: dict[str, Any] = {"__builtins__": {**rules.builtin_objects(), "__import__": restricted_import},
-                                 "__name__": "policy_program"}
+    return {"__builtins__": {**rules.builtin_objects(), "__import__": restricted_import},
+            "__name__": "policy_program"}
+
+
+def _run(job: dict[str, Any], api: Any, rules: Any, stage: Stage,
+         survival: Any = None) -> dict[str, Any] | None:
+    namespace = _namespace(rules)
     _confine(job["limits"])
     try:
         code = compile(job["source"], "<program>", "exec")
@@ -213,23 +219,67 @@ def _run(job: dict[str, Any], api: Any, rules: Any, stage: Stage,
     # functions but in any method of an object it returns or raises (``__str__``, ``__eq__``,
     # ``__iter__``, a ``__class__`` property...), which this code touches to build the answer.
     sys.addaudithook(_guard(code))
+    if job["mode"] == "program":
+        _ready()
+        _serve_program(job, code, api, rules, stage)
+        return None
     try:
         exec(code, namespace)
-        mode = job["mode"]
-        if mode == "space":
-            stage.phase = "space(trial)"
-            return _plain_params(namespace["space"](Trial()))
-        stage.phase = "decide"
-        if mode == "survival":
-            return _survive_all(job, namespace["decide"], survival, stage)
-        if mode == "serve":
-            sys.stdout.write(json.dumps({"status": "ok", "ready": True}) + "\n")
-            sys.stdout.flush()
-            _serve(job, namespace["decide"], survival, stage)
-            return None
-        return _decide_all(job, namespace["decide"], api, stage)
+        return _call(job, namespace, api, stage, survival)
     except BaseException as err:  # noqa: BLE001 - any failure of the program is its record, sent to the host
         return _failure(err, stage)
+
+
+def _call(job: dict[str, Any], namespace: dict[str, Any], api: Any, stage: Stage,
+          survival: Any = None) -> dict[str, Any] | None:
+    """Run the job's mode on the loaded program (guarded; the caller records what it raises)."""
+    mode = job["mode"]
+    if mode == "space":
+        stage.phase = "space(trial)"
+        return _plain_params(namespace["space"](Trial()))
+    stage.phase = "decide"
+    if mode == "survival":
+        return _survive_all(job, namespace["decide"], survival, stage)
+    if mode == "serve":
+        _ready()
+        _serve(job, namespace["decide"], survival, stage)
+        return None
+    return _decide_all(job, namespace["decide"], api, stage)
+
+
+def _ready() -> None:
+    sys.stdout.write(json.dumps({"status": "ok", "ready": True}) + "\n")
+    sys.stdout.flush()
+
+
+def _serve_program(job: dict[str, Any], code: Any, api: Any, rules: Any, stage: Stage) -> None:
+    """Answer each request line (``{"mode": "space"}`` or ``{"mode": "decide", "params", "episodes"}``)
+    with one line, as a fresh process would: every call runs the module code in a new namespace,
+    so no state of one call reaches the next. Guarded, like everything after the compile."""
+    cap = int(job["limits"]["max_output_bytes"])
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        msg = json.loads(line)
+        if not isinstance(msg, dict) or msg.get("stop") or msg.get("mode") not in ("space", "decide"):
+            return
+        stage.phase, stage.where = "loading the program", ""
+        namespace = _namespace(rules)
+        try:
+            exec(code, namespace)
+            answer = _call({**msg, "limits": job["limits"]}, namespace, api, stage)
+        except MemoryError:
+            answer = {"status": "memory", "reason": stage.reason("out of memory")}
+        except BaseException as err:  # noqa: BLE001 - as in _run
+            answer = _failure(err, stage)
+        text = json.dumps(answer)
+        if len(text) > cap:
+            text = json.dumps({"status": "output_limit", "reason": "the answer exceeds the output limit"})
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        if answer is None or answer.get("status") == "memory":
+            return
 
 
 def _plain_params(params: Any) -> dict[str, Any]:

@@ -78,6 +78,27 @@ def test_tune_screens_every_trial_and_sends_only_promoted_sets_to_the_model():
     assert [o.params for o in again.screened] == [o.params for o in out.screened]  # seeded: a resume replays
 
 
+def test_the_screen_is_timed_whole_space_and_sampling_included():
+    import time
+
+    spent: list[float] = []
+    evaluated: list[float] = []
+
+    def proxy(params, tasks_):
+        t = time.perf_counter()
+        out = [result(x, params["k"] / 100, [True] * 4, "proxy") for x in tasks_]
+        evaluated.append(time.perf_counter() - t)
+        return out
+
+    start = time.perf_counter()
+    tune(SOURCE, "s", storage=None, sampler="tpe", seed=0, n_trials=0, tasks=["t1"], fidelity_tasks=0,
+         evaluate=lambda p, t: [], reference=lambda t: [], screen=Screen(proxy, 8, 1, 0.0, timed=spent.append))
+    whole = time.perf_counter() - start
+    assert len(spent) == 1 and len(evaluated) == 8
+    # the study's time holds the 8 evaluations and the 8 sandboxed space() calls, within the call's
+    assert sum(evaluated) < spent[0] <= whole
+
+
 def test_screen_settings_are_checked():
     with pytest.raises(ValueError, match="margin"):
         Screen(lambda p, t: [], trials=0, promote=1, margin=0.0)

@@ -33,6 +33,19 @@ def test_intent_relevance_is_cosine_to_the_first_user_message():
     assert intent_relevance([{"role": "system", "content": "x"}], emb) == (0.0,)
 
 
+def test_relevance_of_a_trajectory_is_computed_once_per_embedding():
+    msgs = [{"role": "user", "content": "Find order 8."}, {"role": "tool", "content": "order 8: shipped"},
+            {"role": "tool", "content": "rain tomorrow"}]
+    emb = CountingEmbedder()
+    rel = intent_relevance(msgs, emb)
+    assert intent_relevance(msgs, emb) == rel and len(emb.asked) == 3  # asked once, for the three texts
+    other = CountingEmbedder()
+    other.name = "counting-2"
+    assert intent_relevance(msgs, other) == rel and len(other.asked) == 3  # another embedding: its own
+    changed = [*msgs[:2], {"role": "tool", "content": "order 8: weather delay"}]
+    assert intent_relevance(changed, emb)[2] != rel[2]  # another text: computed again
+
+
 def test_scored_drop_computes_relevance_only_when_its_weights_need_it():
     msgs = build(["call"] * 4, [False])
     emb = CountingEmbedder()

@@ -319,3 +319,92 @@ def test_rebinding_the_childs_globals_does_not_lift_the_guard(tmp_path, how):
     out = run_child(_unchecked_job(HIJACK.format(canary=str(canary), how=how)), LIMITS)
     assert not canary.exists(), (out.status, out.reason)
     assert out.status is not Status.OK
+
+
+# ---------------------------------------------------------------- one process serving many calls
+# A search asks one program for thousands of trials; its sandbox process is kept (search_spaces.program
+# .SESSIONS) and each call runs the module code afresh. These check that a kept process behaves as a
+# fresh one would: no state between calls, limits per call, the guard through every call.
+@pytest.fixture
+def pool(monkeypatch):
+    import search_spaces.program as program
+    from search_spaces.sandbox import SessionPool
+
+    fresh = SessionPool(size=2, max_calls=8)
+    monkeypatch.setattr(program, "SESSIONS", fresh)
+    yield fresh
+    fresh.close()
+
+
+def _pids(pool) -> list[int]:
+    return [s.proc.pid for s in pool._sessions.values()]
+
+
+def test_a_kept_process_carries_no_state_from_one_call_to_the_next(pool):
+    # five requests per call: a sixth entry in SEEN could only come from an earlier call
+    source = "SEEN = []\n" + prog("    SEEN.append(1)\n    plan = request.plan()\n    if len(SEEN) > 5:\n"
+                                  "        plan.drop(request.n - 1, [request.n - 1])\n    return plan")
+    first = run_program(source, {}, [EPISODE], LIMITS)
+    pids = _pids(pool)
+    second = run_program(source, {}, [EPISODE], LIMITS)
+    assert first.ok and second.ok, (first.reason, second.reason)
+    assert [d.wire for d in first.decisions[0]] == [d.wire for d in second.decisions[0]]
+    assert _pids(pool) == pids and len(pids) == 1  # the same process answered both
+
+
+def test_cpu_limit_is_per_call_not_per_process(pool):
+    # about 0.4 s of CPU per call under a 1 s limit: five calls use 2 s in one process and all pass
+    burn = prog("    x = 0\n    if request.n == 2:\n        for i in range(4_000_000):\n            x += i\n"
+                "    return request.plan()")
+    results = [run_program(burn, {}, [EPISODE], LIMITS) for _ in range(5)]
+    assert all(r.ok for r in results), [r.reason for r in results]
+    assert len(_pids(pool)) == 1
+    spin = run_program(prog("    while True:\n        pass"), {}, [EPISODE], LIMITS)
+    assert spin.timed_out and spin.reason == "CPU time limit of 1 s exceeded"
+
+
+def test_an_error_keeps_the_process_a_timeout_replaces_it(pool):
+    source = prog("    if params['x'] == 1:\n        raise ValueError('one')\n"
+                  "    while params['x'] == 2:\n        pass\n    return request.plan()").replace(
+        "def decide", "DEFAULTS = {'x': 0}\n\n\ndef decide")
+    assert run_program(source, {"x": 0}, [EPISODE], LIMITS).ok
+    pids = _pids(pool)
+    bad = run_program(source, {"x": 1}, [EPISODE], LIMITS)
+    assert bad.status is Status.ERROR and "ValueError (line" in bad.reason and _pids(pool) == pids
+    assert run_program(source, {"x": 2}, [EPISODE], LIMITS).timed_out
+    again = run_program(source, {"x": 0}, [EPISODE], LIMITS)
+    assert again.ok and _pids(pool) != pids
+
+
+def test_processes_are_replaced_after_max_calls_and_least_recent_first(pool):
+    a, b, c = (prog(f"    return request.plan()  # {k}") for k in "abc")
+    for _ in range(8):
+        run_program(a, {}, [EPISODE], LIMITS)
+    first = _pids(pool)
+    assert run_program(a, {}, [EPISODE], LIMITS).ok and _pids(pool) != first  # the ninth call: a new process
+    run_program(b, {}, [EPISODE], LIMITS)
+    run_program(c, {}, [EPISODE], LIMITS)
+    assert len(pool._sessions) == 2  # a's process was the least recently used: closed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", ["decide", "space"])
+def test_program_mode_answers_stay_inside_the_guard(tmp_path, mode, kind):
+    canary = tmp_path / "canary"
+    job = _unchecked_job("")
+    with SandboxSession({"mode": "program", "source": HOSTILE.format(canary=str(canary), kind=kind)}, LIMITS) as s:
+        for _ in range(2):
+            out = s.ask({"mode": mode, "params": {}, "episodes": job["episodes"]},
+                        (lambda spec: 1) if mode == "space" else None, keep_on_error=True)
+            assert not _touched(canary, out.reason), (out.status, out.reason)
+
+
+@pytest.mark.parametrize("how", ["json", "lists", "exc_info", "class"])
+def test_a_kept_process_stays_guarded_after_its_globals_were_rebound(tmp_path, how):
+    canary = tmp_path / "canary"
+    job = _unchecked_job("")
+    with SandboxSession({"mode": "program", "source": HIJACK.format(canary=str(canary), how=how)}, LIMITS) as s:
+        answers = [s.ask({"mode": "decide", "params": {}, "episodes": job["episodes"]}, keep_on_error=True)
+                   for _ in range(3)]
+    assert not canary.exists(), [(a.status, a.reason) for a in answers]
+    assert all(a.status is not Status.OK for a in answers[:1])
