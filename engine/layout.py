@@ -51,7 +51,8 @@ class Rendered:
 
     Attributes:
         token_ids: every token, including the generation prompt at the end.
-        spans: per message, its token range (start, end), half-open.
+        spans: per message, its token range (start, end), half-open; contiguous, from 0 to
+            ``prompt_start``.
         parts: per message, its parts with token ranges.
         prompt_start: where the generation prompt starts.
         messages: the normalized messages.
@@ -198,8 +199,11 @@ class Renderer:
         repositions = set(schedule.repositions)
         drops = dict(schedule.drops)
         items: list[Item] = []
-        for i, (s, e) in enumerate(rendered.spans):
-            items.extend(rendered.token_ids[s:e])
+        done = 0  # tokens copied so far: the spans are contiguous, so only events need a step each
+        for i in sorted(drops.keys() | repositions):
+            end = rendered.spans[i][1]
+            items.extend(rendered.token_ids[done:end])
+            done = end
             targets = drops.get(i)
             if targets:
                 ranges = merge_ranges([r for d in targets for r in self._target_ranges(rendered, d, i)])
@@ -207,7 +211,7 @@ class Renderer:
                     items.append(Drop(ranges))
             if i in repositions:
                 items.append(REPOSITION)
-        items.extend(rendered.token_ids[rendered.prompt_start:])
+        items.extend(rendered.token_ids[done:])
         return items
 
     def _target_ranges(self, rendered: Rendered, target: DropTarget, trigger: int) -> list[tuple[int, int]]:

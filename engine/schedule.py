@@ -82,6 +82,19 @@ class Schedule:
                 return targets
         return ()
 
+    def changes_before(self, previous: Schedule, covered: int) -> PastChanges:
+        """How this schedule differs from ``previous`` before message ``covered`` (the messages a
+        previous request held, which the engine has processed under ``previous``). A schedule may
+        only *extend* its predecessor: the same drops at every trigger below ``covered``, no new
+        ones there, the same repositions there. The server's sessions and the policy decision
+        checks both ask this, and word the refusal each for its reader."""
+        old = {t: ds for t, ds in previous.drops if t < covered}
+        new = {t: ds for t, ds in self.drops if t < covered}
+        triggers = tuple(sorted(t for t in old.keys() | new.keys() if old.get(t, ()) != new.get(t, ())))
+        return PastChanges({t: (old.get(t, ()), new.get(t, ())) for t in triggers},
+                           tuple(r for r in previous.repositions if r < covered),
+                           tuple(r for r in self.repositions if r < covered))
+
     def to_wire(self) -> dict[str, Any]:
         """The schedule in the wire format (``drop_rule`` when it has non-message drops)."""
         out: dict[str, Any] = {}
@@ -117,6 +130,23 @@ class Schedule:
             if r >= n_messages:
                 raise ScheduleError(f"reposition: id {r} is out of range for {n_messages} messages",
                                     field="reposition", value=r)
+
+
+@dataclass(frozen=True)
+class PastChanges:
+    """What :meth:`Schedule.changes_before` found.
+
+    Attributes:
+        drops: each trigger below ``covered`` whose targets differ -> (before, now), by trigger.
+        repositions_before / repositions_now: the repositions below ``covered`` in each.
+    """
+
+    drops: Mapping[int, tuple[tuple[DropTarget, ...], tuple[DropTarget, ...]]]
+    repositions_before: tuple[int, ...]
+    repositions_now: tuple[int, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.drops) or self.repositions_before != self.repositions_now
 
 
 EMPTY = Schedule()

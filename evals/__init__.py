@@ -1,6 +1,6 @@
-"""Evaluation: task suites, cost model and metrics (the replay and live evaluators come later).
+"""Evaluation: task suites, cost model, metrics, and the evaluators that score a policy.
 
-Public surface::
+Public surface (light: importing it loads no model)::
 
     from evals import build_suite, load_suite, drop_evidence_schedule
     from evals import load_rates, request_cost, task_cost, pass_rate, exact_match
@@ -9,6 +9,15 @@ Public surface::
 - ``evals.diagnostics``: calibration schedules (drop exactly a probe's evidence, or all but it).
 - ``evals.rates`` / ``evals.cost``: rate tables and per-request / per-task cost from token usage.
 - ``evals.metrics``: answer matching, pass rates with Wilson intervals, per-family aggregation.
+
+The evaluators (imported from their modules, since they load the engine):
+
+- ``evals.replay``: ``Replay`` scores a ``PolicySpec`` on tasks with the model (exact cost, probes).
+- ``evals.fidelity``: ``ProxyReplay``, the zero-forward fidelity (exact cost, predicted pass), and
+  the Spearman check against the model; ``evals.paired``: paired bootstrap intervals over tasks.
+- ``evals.live``: live-agent episodes against an OpenAI-compatible endpoint.
+- ``evals.workload``: the tool-gap survival track (traces, real-engine replay, the simulator and
+  its calibration, conformance).
 """
 
 from evals.cost import CostBreakdown, Counts, counts, request_cost, sum_costs, task_cost

@@ -22,6 +22,7 @@ from typing import Any
 from evals.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
 from evals.tasks import load_suite
+from evals.tasks.schema import Task
 
 
 def policies() -> list[PolicySpec]:
@@ -88,24 +89,12 @@ def proxy_speed(model: str, suite: str, n_tasks: int, repeats: int = 3) -> dict[
     which costs the same to consult as a measured one); median over ``repeats`` of all policies,
     for the built-in families (in process) and for the seed programs (each call one sandbox
     process for all tasks, as a search screens), split into the policy's decisions and the rest
-    (dry-run accounting of every request, predicted probes, cost); then what screening costs with
-    everything included (:func:`screening`), the figure the headline speed uses."""
+    (dry-run accounting of every request, predicted probes, cost). What a search's screen costs with
+    ``space()`` and Optuna included is ``python -m rsi.bench_screen``."""
     import statistics
 
-    from evals.fidelity import DryEngine, ProbeOutcome
-    from evals.tasks import select_tasks
-    from search_spaces.embed import default_embedder, intent_relevance
-    from search_spaces.seeds import seed_source
-
-    tasks = select_tasks(load_suite(suite, "train"), n_tasks)
-    table = EvidenceTable({(t.id, i): ProbeOutcome(True, False) for t in tasks for i in range(len(t.probes))})
-    proxy = ProxyReplay(DryEngine.load(model, "plain"), table, EvalConfig(generate=False))
-    groups = {"families": [s for s in policies() if _builds(s)],
-              "programs": [PolicySpec("program", {}, source=seed_source(n), label=f"seed:{n}")
-                           for n in ("rolling_drop", "scored_drop", "thinking_drop")]}
-    proxy.evaluate_many(groups["families"][0], tasks)  # warm the render cache, as a search's first trial does
-    for task in tasks:  # and the embedder's relevance (its model loads once per process, about 8 s)
-        intent_relevance(proxy.episode(task).messages, default_embedder())
+    tasks, proxy = speed_setup(model, suite, n_tasks)
+    groups = {"families": [s for s in policies() if _builds(s)], "programs": seed_programs()}
     out: dict[str, Any] = {"model": model, "suite": suite, "tasks": len(tasks)}
     for group, specs in groups.items():
         whole, decide = [], []
@@ -125,43 +114,33 @@ def proxy_speed(model: str, suite: str, n_tasks: int, repeats: int = 3) -> dict[
         out[group] = {"policies": len(specs), "ms_per_policy_task": 1000 * statistics.median(whole),
                       "decide_ms": 1000 * statistics.median(decide)}
         out[group]["rest_ms"] = out[group]["ms_per_policy_task"] - out[group]["decide_ms"]
-    out["screening"] = screening(proxy, tasks, groups["programs"])
-    ms = out["screening"]["ms_per_policy_task"]
+    ms = out["programs"]["ms_per_policy_task"]
     out.update({"proxy_ms_per_policy_task": ms, "proxy_evals_per_min": 60_000 / ms})
     return out
 
 
-def screening(proxy: ProxyReplay, tasks: list[Any], programs: list[PolicySpec], trials: int = 32) -> dict[str, Any]:
-    """What a search's screen costs per policy-task, everything included: for each program a real
-    proxy study (:func:`rsi.tuning.tune` with a screen, journal storage, TPE) of ``trials`` trials,
-    each drawing its parameters with ``space()`` in the sandbox and predicting every task. The
-    first trial of a program starts its sandbox process; later ones reuse it, as in a search."""
-    import tempfile
+def speed_setup(model: str, suite: str, n_tasks: int) -> tuple[list[Task], ProxyReplay]:
+    """The first ``n_tasks`` train tasks of ``suite`` and a proxy over them with a synthetic outcome
+    table (it costs the same to consult as a measured one), its render and relevance caches warm,
+    as after a search's first trial."""
+    from evals.fidelity import DryEngine, ProbeOutcome
+    from evals.tasks import select_tasks
+    from search_spaces.embed import default_embedder, intent_relevance
 
-    from rsi.tuning import Screen, make_storage, tune
+    tasks = select_tasks(load_suite(suite, "train"), n_tasks)
+    table = EvidenceTable({(t.id, i): ProbeOutcome(True, False) for t in tasks for i in range(len(t.probes))})
+    proxy = ProxyReplay(DryEngine.load(model, "plain"), table, EvalConfig(generate=False))
+    proxy.evaluate_many(PolicySpec("rolling_drop", {"keep_tool_responses": 0}), tasks)  # renders every task
+    for task in tasks:  # the embedder's model loads once per process (about 8 s)
+        intent_relevance(proxy.episode(task).messages, default_embedder())
+    return tasks, proxy
 
-    spent: list[float] = []
-    per_task, evaluate_s = [], [0.0]
-    for spec in programs:
-        n = [0]
 
-        def evaluate(params: dict[str, Any], ts: Any, source: str = spec.source or "", n: list[int] = n,
-                     ) -> list[TaskResult]:
-            t = time.perf_counter()
-            results = proxy.evaluate_many(PolicySpec("program", params, source=source), ts)
-            evaluate_s[0] += time.perf_counter() - t
-            n[0] += len(results)
-            return results
+def seed_programs() -> list[PolicySpec]:
+    from search_spaces.seeds import seed_source
 
-        with tempfile.TemporaryDirectory() as tmp:
-            tune(spec.source or "", "bench", storage=make_storage("journal", Path(tmp)), sampler="tpe", seed=0,
-                 n_trials=0, tasks=tasks, fidelity_tasks=0, evaluate=lambda p, t: [], reference=lambda t: [],
-                 screen=Screen(evaluate, trials, 1, 0.0, timed=spent.append))
-        per_task.append(1000 * spent[-1] / max(1, n[0]))
-    evaluations = len(programs) * trials * len(tasks)
-    return {"programs": len(programs), "trials": trials, "ms_per_policy_task": 1000 * sum(spent) / evaluations,
-            "per_program_ms": per_task, "evaluate_ms": 1000 * evaluate_s[0] / evaluations,
-            "space_and_optuna_ms": 1000 * (sum(spent) - evaluate_s[0]) / evaluations}
+    return [PolicySpec("program", {}, source=seed_source(n), label=f"seed:{n}")
+            for n in ("rolling_drop", "scored_drop", "thinking_drop")]
 
 
 def _builds(spec: PolicySpec) -> bool:
@@ -190,10 +169,6 @@ def main(argv: list[str] | None = None) -> int:
             g = speed[group]
             label = f"{group} ({g['policies']} x {speed['tasks']} tasks)"
             print(f"{label:28s} {g['ms_per_policy_task']:7.2f} {g['decide_ms']:7.2f} {g['rest_ms']:7.2f}")
-        sc = speed["screening"]
-        print(f"{'screening (all included)':28s} {sc['ms_per_policy_task']:7.2f}  (proxy "
-              f"{sc['evaluate_ms']:.2f}, space() and Optuna {sc['space_and_optuna_ms']:.2f}; "
-              f"{sc['programs']} programs x {sc['trials']} trials)")
         print(f"a search screens programs: {speed['proxy_evals_per_min']:.0f} policy-task evaluations a minute")
         out = Path(args.out or f"bench/results/proxy-speed-{args.model}-{args.suite}.json")
         out.parent.mkdir(parents=True, exist_ok=True)

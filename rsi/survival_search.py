@@ -27,6 +27,7 @@ from typing import Any
 import optuna
 
 from evals.workload import SimConfig, load_trace, simulate
+from rsi.rundir import write_text
 from search_spaces.survival.registry import SURVIVAL_FAMILIES, get_survival_family
 
 OBJECTIVE = "resume_ttft_p95_s"
@@ -99,9 +100,7 @@ def run(trace_path: str | Path, families: Sequence[str], trials: int, out_dir: s
         results = [search_family(trace, f, trials, cfg, seed, log) for f in families]
     summary = {"trace": str(trace_path), "objective": OBJECTIVE, "trials_per_family": trials, "seed": seed,
                "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "families": [asdict(r) for r in results]}
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, default=str))
-    tmp.replace(out / "summary.json")
+    write_text(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return results
 
 

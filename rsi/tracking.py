@@ -10,13 +10,13 @@ across resumes: the candidate -> run mapping is kept in ``mlflow_runs.json``.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from evals.replay import TaskResult
 from rsi.archive import Candidate
+from rsi.rundir import write_text
 
 
 class Tracker:
@@ -73,9 +73,7 @@ class MLflowTracker(Tracker):
         self.parent_id: str | None = self.state.get("parent")
 
     def _save(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state))
-        os.replace(tmp, self.state_path)
+        write_text(self.state_path, json.dumps(self.state))
 
     def start(self, config: dict[str, Any]) -> None:
         if self.parent_id is None:

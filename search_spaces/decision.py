@@ -114,16 +114,17 @@ def check_extends(previous: Mapping[str, Any], previous_messages: int, schedule:
     except AKVError as err:
         raise DecisionError(f"the previous decision is not a valid schedule: {err}", field="previous") from err
     horizon = previous_messages or max([t + 1 for t, _ in prev.drops] + [r + 1 for r in prev.repositions], default=0)
-    for trigger, targets in prev.drops:
-        now = schedule.drops_at(trigger)
-        if now != targets:
+    # every earlier drop is kept (whatever its trigger), and none is added below the horizon
+    changes = schedule.changes_before(prev, max([horizon] + [t + 1 for t, _ in prev.drops]))
+    for trigger, (before, now) in changes.drops.items():
+        if before:
             raise DecisionError(
-                f"the decision rewrites the past: trigger {trigger} dropped {_ids(targets)} before and "
+                f"the decision rewrites the past: trigger {trigger} dropped {_ids(before)} before and "
                 f"now drops {_ids(now)}", field="decision", value=trigger)
-    for trigger, targets in schedule.drops:
-        if trigger < horizon and not prev.drops_at(trigger):
+    for trigger, (_, now) in changes.drops.items():
+        if trigger < horizon:
             raise DecisionError(
-                f"the decision rewrites the past: it adds drops {_ids(targets)} at trigger {trigger}, which an "
+                f"the decision rewrites the past: it adds drops {_ids(now)} at trigger {trigger}, which an "
                 f"earlier request (of {horizon} messages) already covered", field="decision", value=trigger)
     old = list(prev.repositions)
     now_r = [r for r in schedule.repositions if r < horizon]

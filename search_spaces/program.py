@@ -23,7 +23,7 @@ from search_spaces.decision import Decision, cache_decision
 from search_spaces.embed import Embedder
 from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
 from search_spaces.policy import Policy
-from search_spaces.request import Episode, Request
+from search_spaces.request import Episode, PolicyKind, Request
 from search_spaces.sandbox import ChildOutput, RunOutcome, SandboxLimits, SandboxSession, SessionPool, Status, one_line
 
 
@@ -62,7 +62,7 @@ def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[st
                answer: Any = None) -> ChildOutput:
     """``message`` (a ``space`` or ``decide`` call) answered by the program's pooled sandbox process.
     Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
-    lifetime = SandboxLimits(limits.cpu_seconds * (SESSIONS.max_calls + 1), limits.wall_seconds, limits.memory_mb,
+    lifetime = SandboxLimits((limits.cpu_seconds + 1) * (SESSIONS.max_calls + 1), limits.wall_seconds, limits.memory_mb,
                              limits.max_output_bytes, limits.max_params)
 
     def start() -> SandboxSession:
@@ -103,8 +103,11 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
         previous: tuple[Any, int] = (None, 0)
         for n, wire in zip(episode.cuts, wires):
             try:
-                decisions.append(cache_decision(wire, episode.request(n, *previous),
-                                                decisions[-1].schedule if decisions else None))
+                if decisions and wire == previous[0]:  # unchanged: valid as before, and it extends itself
+                    decisions.append(Decision(PolicyKind.CACHE, n, schedule=decisions[-1].schedule))
+                else:
+                    decisions.append(cache_decision(wire, episode.request(n, *previous),
+                                                    decisions[-1].schedule if decisions else None))
             except DecisionError as err:
                 return SandboxResult(Status.INVALID, one_line(f"episode {e}: {err}"), check.sha256, out.wall_seconds)
             previous = (wire, n)

@@ -102,7 +102,7 @@ anything of your own (a variable, parameter, function or import alias named `ope
 memory and wall-clock limits; an exception, a timeout or an invalid schedule fails the candidate
 with a one-line reason. A program's sandbox process is kept for its next calls (a search asks one
 program for thousands of trials), but each call runs your module afresh: module-level variables
-start again from their initial values, and nothing one trial stores reaches another.
+start again from their initial values, so what one trial stores never reaches the next.
 """
 
 from __future__ import annotations

@@ -465,6 +465,11 @@ class SessionPool:
         self._sessions: dict[Any, SandboxSession] = {}
         self._lock = threading.Lock()
         atexit.register(self.close)
+        if hasattr(os, "register_at_fork"):  # a forked child must not talk to its parent's sandboxes
+            os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._sessions, self._lock = {}, threading.Lock()
 
     def ask(self, key: Any, start: Callable[[], SandboxSession], message: dict[str, Any],
             answer: Callable[[dict[str, Any]], Any] | None = None) -> ChildOutput:

@@ -30,7 +30,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatRequest(BaseModel):
+class ScheduleFields(BaseModel):
+    """The AKV cache-engineering fields (the public AKV engine's wire format, ``engine.schedule``)
+    of every request that carries a schedule."""
+
+    model_config = STRICT
+
+    drop_message: dict[str, Any] | None = None
+    reposition: list[Any] | None = None
+    drop_rule: Any = None
+    cache: dict[str, Any] | None = None
+
+    def schedule(self) -> dict[str, Any]:
+        return {"drop_message": self.drop_message, "reposition": self.reposition,
+                "drop_rule": self.drop_rule, "cache": self.cache}
+
+
+class ChatRequest(ScheduleFields):
     """``POST /v1/chat/completions``. Unknown OpenAI fields are accepted and ignored."""
 
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
@@ -46,11 +62,6 @@ class ChatRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    # AKV cache engineering (wire format of the public AKV engine)
-    drop_message: dict[str, Any] | None = None
-    reposition: list[Any] | None = None
-    drop_rule: Any = None
-    cache: dict[str, Any] | None = None
     # AKV extensions
     session_id: str | None = Field(default=None, min_length=1, max_length=256)
     prefix: str = ""
@@ -78,17 +89,13 @@ class ChatRequest(BaseModel):
                 raise ValueError(f"a stop string must have 1 to {MAX_STOP_CHARS} characters, got {len(s)}")
         return value
 
-    def schedule(self) -> dict[str, Any]:
-        return {"drop_message": self.drop_message, "reposition": self.reposition,
-                "drop_rule": self.drop_rule, "cache": self.cache}
-
     def stop_list(self) -> list[str]:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
-class ScoreRequest(BaseModel):
+class ScoreRequest(ScheduleFields):
     """``POST /v1/akv/score`` (AKV extension): log-likelihood of candidate continuations.
 
     The context is the rendered ``messages`` under the schedule plus ``prefix`` (text the
@@ -102,18 +109,10 @@ class ScoreRequest(BaseModel):
     messages: list[Any]
     candidates: list[str]
     prefix: str = ""
-    drop_message: dict[str, Any] | None = None
-    reposition: list[Any] | None = None
-    drop_rule: Any = None
-    cache: dict[str, Any] | None = None
     timeout: Seconds | None = None
 
-    def schedule(self) -> dict[str, Any]:
-        return {"drop_message": self.drop_message, "reposition": self.reposition,
-                "drop_rule": self.drop_rule, "cache": self.cache}
 
-
-class CacheSaveRequest(BaseModel):
+class CacheSaveRequest(ScheduleFields):
     """``POST /v1/cache/save``: write a history's KV to ``name`` in the tenant's snapshots
     (an existing ``name`` is refused with 409 unless ``overwrite``)."""
 
@@ -122,14 +121,6 @@ class CacheSaveRequest(BaseModel):
     messages: list[Any]
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._-]+$")
     overwrite: bool = False
-    drop_message: dict[str, Any] | None = None
-    reposition: list[Any] | None = None
-    drop_rule: Any = None
-    cache: dict[str, Any] | None = None
-
-    def schedule(self) -> dict[str, Any]:
-        return {"drop_message": self.drop_message, "reposition": self.reposition,
-                "drop_rule": self.drop_rule, "cache": self.cache}
 
 
 class CacheLoadRequest(BaseModel):

@@ -48,16 +48,13 @@ class Sessions:
             if a != b:
                 raise MessageError(f"messages[{i}] differs from session {session_id!r}'s history; messages may only "
                                    "be appended", field=f"messages[{i}]", value=str(b.get("content"))[:80])
-        covered = len(old.messages)
-        old_drops = {t: ds for t, ds in old.schedule.drops if t < covered}
-        new_drops = {t: ds for t, ds in schedule.drops if t < covered}
-        if old_drops != new_drops:
-            t = min(set(old_drops) ^ set(new_drops) | {k for k in old_drops if old_drops[k] != new_drops.get(k)})
+        changes = schedule.changes_before(old.schedule, len(old.messages))
+        if changes.drops:
+            t = min(changes.drops)
             raise ScheduleError(f"drop_message[{str(t)!r}] changes an event of session {session_id!r}'s past; "
                                 "schedules may only be extended", field=f"drop_message.{t}", value=t)
-        old_rep = [r for r in old.schedule.repositions if r < covered]
-        new_rep = [r for r in schedule.repositions if r < covered]
-        if old_rep != new_rep:
+        if changes:
+            old_rep, new_rep = list(changes.repositions_before), list(changes.repositions_now)
             raise ScheduleError(f"reposition {new_rep} changes session {session_id!r}'s past {old_rep}; schedules "
                                 "may only be extended", field="reposition", value=new_rep)
 

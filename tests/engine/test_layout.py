@@ -111,3 +111,40 @@ def test_content_parts_are_joined(renderer):
                                                        {"type": "text", "text": "world"}]}])
     b = renderer.render([{"role": "user", "content": "Hello world"}])
     assert a.token_ids == b.token_ids
+
+
+def _compile_by_message(renderer, rendered, schedule):
+    """The obvious compile: every message's tokens, then the events it triggers."""
+    from engine.history import merge_ranges
+
+    drops, items = dict(schedule.drops), []
+    for i, (s, e) in enumerate(rendered.spans):
+        items.extend(rendered.token_ids[s:e])
+        ranges = merge_ranges([r for d in drops.get(i, ()) for r in renderer._target_ranges(rendered, d, i)])
+        if ranges:
+            items.append(Drop(ranges))
+        if i in schedule.repositions:
+            items.append(REPOSITION)
+    return items + rendered.token_ids[rendered.prompt_start:]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_compile_equals_the_message_by_message_reference(renderer, seed):
+    import random
+
+    from engine.schedule import parse_schedule
+
+    rng = random.Random(seed)
+    msgs = trajectory(rng.randint(1, 6))
+    n = len(msgs)
+    drops: dict[str, list[int]] = {}
+    free = set(range(n))  # a message is dropped at most once
+    for trigger in sorted(rng.sample(range(n), rng.randint(0, n))):
+        ids = sorted(i for i in free if i <= trigger and rng.random() < 0.5)
+        if ids:
+            drops[str(trigger)] = ids
+            free -= set(ids)
+    repos = sorted(rng.sample(range(n), rng.randint(0, min(2, n))))
+    schedule = parse_schedule({"drop_message": drops, "reposition": repos}, n_messages=n)
+    rendered = renderer.render(msgs)
+    assert renderer.compile(rendered, schedule) == _compile_by_message(renderer, rendered, schedule)

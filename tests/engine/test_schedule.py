@@ -131,3 +131,75 @@ def test_garbage_never_escapes_as_another_error(junk):
 def test_schedule_object_passes_through():
     s = Schedule(repositions=(1,))
     assert parse_schedule(s) is s
+
+
+def test_changes_before_names_every_changed_trigger_and_the_repositions():
+    from engine.schedule import DropTarget, parse_schedule
+
+    prev = parse_schedule({"drop_message": {"3": [1], "5": [2, 4]}, "reposition": [3]})
+    now = parse_schedule({"drop_message": {"3": [1], "5": [2], "6": [0], "9": [7]}, "reposition": [3, 6]})
+    changes = now.changes_before(prev, 8)
+    assert dict(changes.drops) == {5: ((DropTarget(2), DropTarget(4)), (DropTarget(2),)), 6: ((), (DropTarget(0),))}
+    assert (changes.repositions_before, changes.repositions_now) == ((3,), (3, 6)) and changes
+    assert not now.changes_before(now, 10) and not now.changes_before(prev, 3)  # nothing before message 3
+    assert now.changes_before(prev, 6).repositions_now == (3,) and 5 in now.changes_before(prev, 6).drops
+
+
+def _extends_reference(previous, previous_messages, schedule):
+    """The rule written out trigger by trigger (the check before it moved into the schedule)."""
+    from engine.schedule import parse_schedule
+
+    prev = parse_schedule(previous)
+    horizon = previous_messages or max([t + 1 for t, _ in prev.drops] + [r + 1 for r in prev.repositions], default=0)
+    for trigger, targets in prev.drops:
+        if schedule.drops_at(trigger) != targets:
+            return ("changed", trigger)
+    for trigger, _ in schedule.drops:
+        if trigger < horizon and not prev.drops_at(trigger):
+            return ("added", trigger)
+    if [r for r in schedule.repositions if r < horizon] != list(prev.repositions):
+        return ("reposition", None)
+    return None
+
+
+def test_check_extends_agrees_with_the_trigger_by_trigger_rule():
+    import random
+
+    from engine.schedule import parse_schedule
+    from search_spaces.decision import check_extends
+    from search_spaces.errors import DecisionError
+
+    rng = random.Random(0)
+
+    def random_wire(n):
+        free, drops = set(range(n)), {}
+        for t in sorted(rng.sample(range(n), rng.randint(0, n))):
+            ids = sorted(i for i in free if i <= t and rng.random() < 0.4)
+            if ids:
+                drops[str(t)] = ids
+                free -= set(ids)
+        return {"drop_message": drops, "reposition": sorted(rng.sample(range(n), rng.randint(0, min(2, n))))}
+
+    seen = set()
+    for _ in range(400):
+        n_prev = rng.randint(1, 8)
+        previous = random_wire(n_prev)
+        wire = random_wire(n_prev + rng.randint(0, 4)) if rng.random() < 0.5 else {
+            "drop_message": {**previous["drop_message"], **random_wire(n_prev + 3)["drop_message"]},
+            "reposition": previous["reposition"]}
+        try:
+            schedule = parse_schedule(wire)
+        except Exception:  # noqa: BLE001 - the merge above may drop a message twice: not a schedule
+            continue
+        given = rng.choice([0, n_prev])
+        expected = _extends_reference(previous, given, schedule)
+        try:
+            check_extends(previous, given, schedule)
+            got = None
+        except DecisionError as err:
+            got = err.value
+        seen.add(expected[0] if expected else None)
+        assert (got is None) == (expected is None), (previous, wire, given, expected)
+        if expected is not None and expected[0] != "reposition":
+            assert got == expected[1], (previous, wire, given, expected, got)
+    assert seen == {None, "changed", "added", "reposition"}  # every outcome was exercised

@@ -408,3 +408,18 @@ def test_a_kept_process_stays_guarded_after_its_globals_were_rebound(tmp_path, h
                    for _ in range(3)]
     assert not canary.exists(), [(a.status, a.reason) for a in answers]
     assert all(a.status is not Status.OK for a in answers[:1])
+
+
+def test_an_unchanged_decision_is_the_one_full_validation_gives():
+    from search_spaces.decision import cache_decision
+
+    source = prog("    plan = request.plan()\n    if request.n > 3:\n        plan.drop(3, [1])\n    return plan")
+    r = run_program(source, {}, [EPISODE], LIMITS)
+    assert r.ok, r.reason
+    previous, prev_n, prev_schedule = None, 0, None
+    for n, d in zip(EPISODE.cuts, r.decisions[0]):  # requests of 4..10 repeat the decision made at 4
+        full = cache_decision(d.wire, EPISODE.request(n, previous, prev_n), prev_schedule)
+        assert (d.n_messages, d.schedule, d.kind) == (full.n_messages, full.schedule, full.kind)
+        previous, prev_n, prev_schedule = d.wire, n, d.schedule
+    assert [d.n_messages for d in r.decisions[0]] == [2, 4, 6, 8, 10]
+    assert r.decisions[0][-1].wire == {"drop_message": {"3": [1]}, "reposition": []}
