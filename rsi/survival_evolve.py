@@ -725,10 +725,12 @@ class SurvivalEvolution:
 
 
 def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall",
-                   engine: Any = None) -> list[dict[str, Any]]:
+                   engine: Any = None, say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Replay the ``top`` best candidates on held-out (evolved and tuned families together, by mean
     p95 resume TTFT then recompute tokens on held-out) on the real engine, on every held-out trace,
-    and write ``confirm.json``: per candidate the simulated and replayed means and per-trace metrics.
+    and write ``confirm.json``: per candidate the simulated and replayed means and per-trace metrics
+    (rewritten after each candidate, so a crash keeps the candidates done). ``say`` hears a line
+    before and after each replay (a wall-clock replay lasts as long as the trace's tool gaps).
 
     Raises:
         RunDirError: ``run_dir`` holds no finished survival run.
@@ -751,19 +753,27 @@ def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall
         from engine import Engine
 
         engine = Engine.from_pretrained(model)
-    rows = []
-    for rank, c in enumerate(ranked[:top], 1):
+    rows: list[dict[str, Any]] = []
+    chosen = ranked[:top]
+    for rank, c in enumerate(chosen, 1):
         source = (run / "programs" / f"{c.program}.py").read_text() if c.spec == "program" else None
         spec = {"source": source, "params": c.params} if source is not None else {"name": c.spec, "params": c.params}
-        per = []
+        per: list[dict[str, Any]] = []
         for tid, tr in traces:
+            done = len(rows) * len(traces) + len(per)
+            step = f"replay {done + 1}/{len(chosen) * len(traces)}: #{rank} {c.label} on {tid}"
+            if say is not None:
+                say(f"{step} ({clock} clock)...")
+            t0 = time.perf_counter()
             r = replay(tr, spec, rcfg, engine=engine)
             per.append({"trace": tid, **{k: r.get(k) for k in _KEEP}})
+            if say is not None:
+                say(f"{step}: done in {time.perf_counter() - t0:.0f} s")
         rs = score_of(per)
         rows.append({"rank": rank, "label": c.label, "id": c.id, "expert": c.expert, "model": model, "clock": clock,
                      "simulated": c.heldout.to_dict() if c.heldout else None, "replayed": rs.to_dict(),
                      "per_trace": per})
-    write_json(run / "confirm.json", rows)
+        write_json(run / "confirm.json", rows)
     return rows
 
 
@@ -816,7 +826,8 @@ def main_cli(args: Any) -> int:
     print(f"{res.seconds:.1f} s ({res.simulations} simulations, {res.pruned} trials pruned by the cascade); "
           f"report {(run_dir / 'report.html').resolve()}")
     if args.confirm_replay:
-        rows = confirm_replay(run_dir, args.confirm_replay, args.model, args.confirm_clock)
+        rows = confirm_replay(run_dir, args.confirm_replay, args.model, args.confirm_clock,
+                              say=lambda text: print(text, flush=True))
         for r in rows:
             s, p = r["simulated"] or {}, r["replayed"]
             print(f"replay #{r['rank']} {r['label']}: p95 resume TTFT simulated {s.get(TTFT)} s, replayed "

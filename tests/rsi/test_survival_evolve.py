@@ -241,7 +241,10 @@ def test_confirm_replay_runs_the_top_candidates_on_the_real_engine(tiny, tmp_pat
            "heldout": {"kinds": ["memory-tight"], "seeds": [7], "sessions": 2, "time_scale": 0.002,
                        "token_scale": 0.1}}
     res = SurvivalEvolution(config_from_dict(raw), tmp_path / "run").run()
-    rows = confirm_replay(res.run_dir, 2, "tiny-random", engine=tiny)
+    heard: list[str] = []
+    rows = confirm_replay(res.run_dir, 2, "tiny-random", engine=tiny, say=heard.append)
+    assert [h.split(":")[0] for h in heard] == ["replay 1/2", "replay 1/2", "replay 2/2", "replay 2/2"]
+    assert heard[1].endswith(" s") and "on heldout-memory-tight-s7" in heard[0]  # a line before and after each
     held = sorted((c for c in res.archive.candidates if c.heldout is not None),
                   key=lambda c: (c.heldout.resume_ttft_p95_s, c.heldout.recompute_tokens, c.label))
     assert [r["label"] for r in rows] == [c.label for c in held[:2]]
