@@ -254,31 +254,45 @@ def _ready() -> None:
 
 def _serve_program(job: dict[str, Any], code: Any, api: Any, rules: Any, stage: Stage) -> None:
     """Answer each request line (``{"mode": "space"}`` or ``{"mode": "decide", "params", "episodes"}``)
-    with one line, as a fresh process would: every call runs the module code in a new namespace,
-    so no state of one call reaches the next. Guarded, like everything after the compile."""
-    cap = int(job["limits"]["max_output_bytes"])
+    as a fresh process would: every call runs the module code in a new namespace, so no state of
+    one call reaches the next. Guarded, like everything after the compile."""
+
+    def answer(msg: dict[str, Any]) -> dict[str, Any] | None:
+        if msg.get("mode") not in ("space", "decide"):
+            return None
+        stage.phase, stage.where = "loading the program", ""
+        try:
+            namespace = _namespace(rules)
+            exec(code, namespace)
+            return _call({**msg, "limits": job["limits"]}, namespace, api, stage)
+        except MemoryError:
+            return {"status": "memory", "reason": stage.reason("out of memory")}
+        except BaseException as err:  # noqa: BLE001 - as in _run
+            return _failure(err, stage)
+
+    _serve_lines(int(job["limits"]["max_output_bytes"]), answer)
+
+
+def _serve_lines(cap: int, answer: Any) -> None:
+    """The serving modes' loop: one answer line (``answer(request)``, capped at ``cap`` bytes) per
+    request line, until ``{"stop": true}``, end of input, a request ``answer`` refuses (``None``)
+    or an answer that ran out of memory."""
     while True:
         line = sys.stdin.readline()
         if not line:
             return
         msg = json.loads(line)
-        if not isinstance(msg, dict) or msg.get("stop") or msg.get("mode") not in ("space", "decide"):
+        if not isinstance(msg, dict) or msg.get("stop"):
             return
-        stage.phase, stage.where = "loading the program", ""
-        namespace = _namespace(rules)
-        try:
-            exec(code, namespace)
-            answer = _call({**msg, "limits": job["limits"]}, namespace, api, stage)
-        except MemoryError:
-            answer = {"status": "memory", "reason": stage.reason("out of memory")}
-        except BaseException as err:  # noqa: BLE001 - as in _run
-            answer = _failure(err, stage)
-        text = json.dumps(answer)
+        reply = answer(msg)
+        if reply is None:
+            return
+        text = json.dumps(reply)
         if len(text) > cap:
-            text = json.dumps({"status": "output_limit", "reason": "the answer exceeds the output limit"})
+            text = json.dumps({"status": "output_limit", "reason": f"the answer exceeds {cap} bytes"})
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-        if answer is None or answer.get("status") == "memory":
+        if reply.get("status") == "memory":
             return
 
 
@@ -363,26 +377,17 @@ def _survive_all(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) 
 
 
 def _serve(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) -> None:
-    cap = int(job["limits"]["max_output_bytes"])
-    calls = 0
-    while True:
-        line = sys.stdin.readline()
-        if not line:
-            return
-        msg = json.loads(line)
-        if not isinstance(msg, dict) or msg.get("stop"):
-            return
-        calls += 1
-        stage.where = f"[call {calls}]"
+    calls = [0]
+
+    def answer(msg: dict[str, Any]) -> dict[str, Any]:
+        calls[0] += 1
+        stage.where = f"[call {calls[0]}]"
         try:
-            answer = _survive_one(msg["request"], job["params"], decide, survival, stage)
+            return _survive_one(msg["request"], job["params"], decide, survival, stage)
         except MemoryError:
-            answer = {"status": "memory", "reason": stage.reason("out of memory")}
-        text = json.dumps(answer)
-        if len(text) > cap:
-            text = json.dumps({"status": "output_limit", "reason": f"the answer exceeds {cap} bytes"})
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+            return {"status": "memory", "reason": stage.reason("out of memory")}
+
+    _serve_lines(int(job["limits"]["max_output_bytes"]), answer)
 
 
 def main() -> None:
