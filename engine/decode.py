@@ -9,8 +9,9 @@ search per step). The LM head runs for one row per step; nothing else is compute
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -110,6 +111,16 @@ class SamplingParams:
                                       or not -(2**63) <= self.seed < 2**63):
             raise AKVError(f"seed must be an integer that fits 64 signed bits, got {self.seed!r}",
                            field="seed", value=self.seed)
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], stop: Sequence[str] = ()) -> SamplingParams:
+        """The sampling part of chat options (``engine.interface.ChatOptions``): missing keys take
+        the defaults above; ``stop`` (a template's own stop strings) is appended to the caller's."""
+        from engine.interface import check_chat_options
+
+        check_chat_options(options)
+        picked = {k: options[k] for k in ("max_tokens", "temperature", "top_p", "seed") if k in options}
+        return cls(**picked, stop=tuple(options.get("stop") or ()) + tuple(stop))
 
 
 class Sampler:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from engine.accounting import Accountant, insert_output
 from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
 from engine.errors import AKVError, ContextLengthError
 from engine.history import History, Item, replay, salted
+from engine.interface import ChatOptions
 from engine.kvstore import TensorKV
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import LeanModel
@@ -259,38 +260,20 @@ class Engine:
         """Assert the radix tree's invariants (and that no request holds locks)."""
         self.tree.check_integrity()
 
-    def chat(
-        self,
-        messages: Sequence[Any],
-        schedule: Mapping[str, Any] | Schedule | None = None,
-        *,
-        max_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] | None = None,
-        prefix: str = "",
-        on_text: Callable[[str], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-        salt: str | None = None,
-    ) -> ChatResult:
+    def chat(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None,
+             **options: Unpack[ChatOptions]) -> ChatResult:
         """Generate the assistant's next message under ``schedule``.
 
         Args:
             messages: OpenAI-style messages (system/user/assistant/tool).
             schedule: the cumulative cache schedule in the wire format (or a parsed Schedule).
-            max_tokens, temperature, top_p, seed, stop: sampling (temperature 0 is greedy).
-            prefix: text the assistant's reply starts with (a cloze lead-in); not part of ``text``.
-            on_text: called with each new piece of text as it is generated (streaming).
-            cancelled: polled between tokens; when it returns True generation stops.
-            salt: the tenant's cache namespace (``engine.history.Salt``): histories with different
-                salts share no cached prefix. ``None`` (the default) is the shared namespace.
+            options: sampling, prefix, streaming, cancellation and cache namespace
+                (:class:`engine.interface.ChatOptions`).
 
         Raises:
             AKVError subclasses for bad messages, schedules, sampling values or lengths.
         """
-        g = self.start(messages, schedule, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                       stop=stop, prefix=prefix, on_text=on_text, cancelled=cancelled, salt=salt)
+        g = self.start(messages, schedule, **options)
         try:
             if g.cancelled is not None and g.cancelled():
                 g.reason, g.done = "cancelled", True
@@ -525,22 +508,8 @@ class Engine:
         if not schedule.repositions:
             self._check_reach(n_messages, extra_tokens)
 
-    def start(
-        self,
-        messages: Sequence[Any],
-        schedule: Mapping[str, Any] | Schedule | None = None,
-        *,
-        max_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] | None = None,
-        prefix: str = "",
-        on_text: Callable[[str], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-        salt: str | None = None,
-        prepared: Prepared | None = None,
-    ) -> Generation:
+    def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
+              prepared: Prepared | None = None, **options: Unpack[ChatOptions]) -> Generation:
         """Process the prompt (prefill) and return an in-flight :class:`Generation`.
 
         Drive it with :meth:`step` (several generations may step together, sharing one forward
@@ -548,8 +517,8 @@ class Engine:
         the generated KV and releases the request's locks. Arguments are those of :meth:`chat`;
         ``prepared`` (from :meth:`prepare`) replaces ``messages``, ``schedule``, ``prefix`` and ``salt``.
         """
-        stops = tuple(stop or ()) + self.renderer.template.stop
-        params = SamplingParams(max_tokens, temperature, top_p, seed, stops)
+        params = SamplingParams.of(options, self.renderer.template.stop)
+        prefix, salt = options.get("prefix", ""), options.get("salt")
         p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix, salt=salt)
         items, history = p.items, p.history
         self._check_length(history, params.max_tokens)
@@ -576,7 +545,8 @@ class Engine:
             raise
         return Generation(items=items, usage=plan.usage, end=end, cache=cache, params=params,
                           sampler=Sampler(params), hidden=hidden, next_pos=history.next_pos,
-                          on_text=on_text, cancelled=cancelled, t_start=t0, t_decode=time.perf_counter())
+                          on_text=options.get("on_text"), cancelled=options.get("cancelled"),
+                          t_start=t0, t_decode=time.perf_counter())
 
     def step(self, generations: Sequence[Generation]) -> None:
         """Advance every unfinished generation by one token, with one forward pass for all."""

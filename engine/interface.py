@@ -11,13 +11,49 @@ Not for: serving internals (trees, schedulers); those belong to the in-process e
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 if TYPE_CHECKING:
     from engine.accounting import Accountant
     from engine.engine import ChatResult, EngineStats, ScoreResult
     from engine.layout import Layout, Rendered, Renderer
     from engine.schedule import Schedule
+
+
+class ChatOptions(TypedDict, total=False):
+    """The options of one chat request, written once for every engine (all optional).
+
+    Keys:
+        max_tokens, temperature, top_p, seed, stop: sampling (temperature 0, the default, is greedy);
+            defaults and checks are those of :class:`engine.decode.SamplingParams`.
+        prefix: text the assistant's reply starts with (a cloze lead-in); not part of the text returned.
+        on_text: called with each new piece of text as it is generated (streaming).
+        cancelled: polled between tokens; when it returns True generation stops.
+        salt: the tenant's cache namespace (``engine.history.Salt``): histories with different salts
+            share no cached prefix. ``None`` (the default) is the shared namespace. A remote engine's
+            namespace is its API key's tenant, so it refuses a salt.
+    """
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: Sequence[str] | None
+    prefix: str
+    on_text: Callable[[str], None] | None
+    cancelled: Callable[[], bool] | None
+    salt: str | None
+
+
+def check_chat_options(options: Mapping[str, Any]) -> None:
+    """Refuse keys that are not :class:`ChatOptions` (a misspelt option must not pass silently).
+
+    Raises:
+        TypeError: naming the unknown keys and the known ones.
+    """
+    unknown = sorted(set(options) - ChatOptions.__optional_keys__)
+    if unknown:
+        raise TypeError(f"unknown chat option(s) {unknown}; the options are {sorted(ChatOptions.__optional_keys__)}")
 
 
 @runtime_checkable
@@ -48,20 +84,8 @@ class ChatEngine(Protocol):
 
     def accountant(self, pool_bytes: int | None = None, host_bytes: int | None = None) -> Accountant: ...
 
-    def chat(
-        self,
-        messages: Sequence[Any],
-        schedule: Mapping[str, Any] | Schedule | None = None,
-        *,
-        max_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] | None = None,
-        prefix: str = "",
-        on_text: Callable[[str], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> ChatResult: ...
+    def chat(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None,
+             **options: Unpack[ChatOptions]) -> ChatResult: ...
 
     def score(
         self,

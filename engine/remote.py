@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 import torch
@@ -45,6 +45,7 @@ from engine.accounting import Accountant
 from engine.decode import SamplingParams
 from engine.engine import ChatResult, EngineStats, GiB, ScoreResult, Timings
 from engine.errors import AKVError, ModelLoadError, RemoteError, ScoringUnsupportedError
+from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import KVGeometry
 from engine.plan import TokenUsage
@@ -160,20 +161,8 @@ class RemoteEngine:
 
     # ------------------------------------------------------------------ over HTTP
 
-    def chat(
-        self,
-        messages: Sequence[Any],
-        schedule: Mapping[str, Any] | Schedule | None = None,
-        *,
-        max_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop: Sequence[str] | None = None,
-        prefix: str = "",
-        on_text: Callable[[str], None] | None = None,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> ChatResult:
+    def chat(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None,
+             **options: Unpack[ChatOptions]) -> ChatResult:
         """Generate the assistant's next message on the server (arguments as ``Engine.chat``).
 
         With ``on_text`` or ``cancelled`` the reply is streamed; a cancelled request hangs up
@@ -185,14 +174,18 @@ class RemoteEngine:
             error code), ``RemoteError`` for answers outside the wire format,
             ``RemoteUnavailableError`` when the server cannot be reached.
         """
-        SamplingParams(max_tokens, temperature, top_p, seed, tuple(stop or ()))  # same checks as Engine
+        params = SamplingParams.of(options)  # the same checks as Engine
+        if options.get("salt") is not None:
+            raise AKVError("a remote engine's cache namespace is its API key's tenant: salt cannot be set "
+                           f"per request, got {options['salt']!r}", field="salt", value=options["salt"])
+        prefix, on_text, cancelled = options.get("prefix", ""), options.get("on_text"), options.get("cancelled")
         layout = self.layout(messages, schedule)
         body = self._body(messages, layout.schedule, prefix)
-        body.update({"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p})
-        if seed is not None:
-            body["seed"] = seed
-        if stop:
-            body["stop"] = list(stop)
+        body.update({"max_tokens": params.max_tokens, "temperature": params.temperature, "top_p": params.top_p})
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
         t0 = time.perf_counter()
         if on_text is not None or cancelled is not None:
             streamed = self.wire.stream_chat(body, on_text, cancelled)

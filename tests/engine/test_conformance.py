@@ -151,3 +151,12 @@ def test_stats_accumulate_usage(make):
     eng.chat(msgs, max_tokens=2)
     eng.score(msgs, CANDIDATES)
     assert eng.stats.requests == 2 and eng.stats.cached_tokens > 0 and eng.stats.prefill_tokens > 0
+
+
+def test_one_options_contract_refuses_a_misspelt_option_on_every_engine(make):
+    """``ChatOptions`` is the one list of chat options: a key outside it is refused by name (it
+    would otherwise pass silently through ``**options``), on every implementation alike."""
+    eng = make()
+    with pytest.raises(TypeError, match=r"\['max_token'\]"):
+        eng.chat(trajectory(2), max_token=2)  # type: ignore[call-arg]
+    assert eng.stats.requests == 0

@@ -232,3 +232,12 @@ def test_score_route_answers_and_errors_in_the_server_shape(ours, tiny):
     ]:
         r = httpx.post(url, json=body)
         assert r.status_code == status and r.json()["error"]["param"] == param, r.text
+
+
+def test_a_remote_engine_refuses_a_per_request_salt(ours):
+    """The server derives the cache namespace from the API key's tenant; a salt asked of the client
+    must be refused, not dropped on the way (the request would share the default namespace)."""
+    before = ours.stats.requests
+    with pytest.raises(AKVError) as err:
+        ours.chat(trajectory(2), max_tokens=2, salt="tenant-b")
+    assert err.value.field == "salt" and ours.stats.requests == before
