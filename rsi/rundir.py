@@ -16,8 +16,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from engine.durable.store import atomic_write
 from engine.errors import AKVError, show
+from engine.files import atomic_write
 
 
 class RunDirError(AKVError):
@@ -57,7 +57,7 @@ def _kind_name(kind: type) -> str:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (``engine.durable.store.atomic_write``)."""
+    """Replace ``path`` with ``text`` atomically (``engine.files.atomic_write``)."""
     atomic_write(Path(path), text.encode("utf-8"))
 
 

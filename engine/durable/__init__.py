@@ -15,8 +15,9 @@ See ``engine.durable.session`` for the rules.
 
 from engine.durable.records import ReplayMismatchError, SideEffectError, StepKind, StepRecord, StepStatus
 from engine.durable.session import DurableSession
-from engine.durable.store import CheckpointStore, DurableError, Loaded, atomic_write
+from engine.durable.store import CheckpointStore, DurableError, Loaded
 from engine.durable.tools import Tool, ToolBox, idempotency_key
+from engine.files import atomic_write
 
 __all__ = [
     "CheckpointStore",

@@ -17,9 +17,6 @@ from __future__ import annotations
 import fcntl
 import functools
 import json
-import os
-import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +26,7 @@ from typing import Any
 import torch
 
 from engine.errors import ModelLoadError
+from engine.files import atomic_dir
 from engine.settings import settings
 
 DEFAULT_MODEL = "gemma-3-270m"
@@ -74,8 +72,7 @@ def _convert(dest: Path, with_model: bool) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path()
-    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
-    try:
+    with atomic_dir(dest) as tmp:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(tmp)
         if with_model:
@@ -85,12 +82,6 @@ def _convert(dest: Path, with_model: bool) -> None:
             if hasattr(model.config, "quantization_config"):
                 del model.config.quantization_config
             model.save_pretrained(tmp)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def default_model_dir(with_model: bool = True) -> Path:
@@ -184,11 +175,8 @@ def _tiny_dir(name: str, vocab_size: int) -> Path:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 model = AutoModelForCausalLM.from_config(tiny_config(name, vocab_size), dtype=torch.float32)
-            tmp = Path(tempfile.mkdtemp(prefix=name + ".", dir=root))
-            model.save_pretrained(tmp)
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
+            with atomic_dir(dest) as tmp:
+                model.save_pretrained(tmp)
     return dest
 
 

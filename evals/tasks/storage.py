@@ -15,14 +15,12 @@ task per line, ``messages`` as a list) or a saved ``Dataset`` / ``DatasetDict`` 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine.files import atomic_dir
 from engine.settings import settings
 from evals.errors import TaskError
 from evals.tasks.generator import GENERATOR, GENERATOR_VERSION, SUITES, SuiteSpec, generate_split, get_suite_spec
@@ -116,25 +114,20 @@ def build_suite(name: str = "default", version: int | None = None, out_dir: str 
         splits = {s: measure(ts, count) for s, ts in splits.items()}
     dd = datasets.DatasetDict({s: datasets.Dataset.from_list([_row(t) for t in ts], features=_features())
                                for s, ts in splits.items()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
     bars = datasets.utils.are_progress_bars_disabled()
     try:
         datasets.disable_progress_bars()
-        dd.save_to_disk(str(tmp))
-        counts = {s: len(ts) for s, ts in splits.items()}
-        manifest = {"schema": SCHEMA, "name": spec.name, "version": spec.version, "generator": GENERATOR,
-                    "generator_version": GENERATOR_VERSION, "spec": asdict(spec),
-                    "probe_templates": load_probe_templates(spec.probe_templates).digest, "counts": counts,
-                    "families": {s: list(spec.families(s)) for s in SPLITS}}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        with atomic_dir(path) as tmp:
+            dd.save_to_disk(str(tmp))
+            counts = {s: len(ts) for s, ts in splits.items()}
+            manifest = {"schema": SCHEMA, "name": spec.name, "version": spec.version, "generator": GENERATOR,
+                        "generator_version": GENERATOR_VERSION, "spec": asdict(spec),
+                        "probe_templates": load_probe_templates(spec.probe_templates).digest, "counts": counts,
+                        "families": {s: list(spec.families(s)) for s in SPLITS}}
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     finally:
         if not bars:
             datasets.enable_progress_bars()
-        shutil.rmtree(tmp, ignore_errors=True)
     return SuiteInfo(path, spec, counts, built=True)
 
 
