@@ -95,6 +95,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         from engine.errors import AKVError
@@ -111,6 +112,9 @@ class SamplingParams:
                                       or not -(2**63) <= self.seed < 2**63):
             raise AKVError(f"seed must be an integer that fits 64 signed bits, got {self.seed!r}",
                            field="seed", value=self.seed)
+        if not isinstance(self.ignore_eos, bool):
+            raise AKVError(f"ignore_eos must be true or false, got {self.ignore_eos!r}",
+                           field="ignore_eos", value=self.ignore_eos)
 
     @classmethod
     def of(cls, options: Mapping[str, Any], stop: Sequence[str] = ()) -> SamplingParams:
@@ -119,7 +123,8 @@ class SamplingParams:
         from engine.interface import check_chat_options
 
         check_chat_options(options)
-        picked = {k: options[k] for k in ("max_tokens", "temperature", "top_p", "seed") if k in options}
+        names = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos")
+        picked = {k: options[k] for k in names if k in options}
         return cls(**picked, stop=tuple(options.get("stop") or ()) + tuple(stop))
 
 

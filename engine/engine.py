@@ -12,7 +12,8 @@ The engine is single-threaded: the HTTP server runs it on one worker thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -255,6 +256,48 @@ class Engine:
         return Accountant(self.renderer, self.geometry.bytes_per_token,
                           self.tree.pool_bytes if pool_bytes is None else pool_bytes,
                           self.tree.host_bytes if host_bytes is None else host_bytes)
+
+    @contextmanager
+    def scratch_cache(self, pool_bytes: int | None = None, host_bytes: int | None = None) -> Iterator[RadixTree]:
+        """Serve from a fresh, empty radix tree for the duration of the ``with`` body (budgets as
+        this engine's unless given) and put the engine's own tree back after, even on an error:
+        for measurements and trace replays that must start cold and leave the cache as it was."""
+        own = self.tree
+        self.tree = RadixTree(own.pool_bytes if pool_bytes is None else pool_bytes,
+                              own.host_bytes if host_bytes is None else host_bytes)
+        try:
+            yield self.tree
+        finally:
+            self.tree = own
+
+    def clear_cache(self) -> None:
+        """Forget every cached prefix (a fresh tree with the same budgets)."""
+        self.tree = RadixTree(self.tree.pool_bytes, self.tree.host_bytes)
+
+    def swap_bandwidth(self, n_tokens: int = 256, repeats: int = 9) -> float:
+        """Bytes per second of moving an ``n_tokens`` KV payload to the host tier and back on this
+        engine's device (median of ``repeats`` round trips, after two warm-up ones)."""
+        g, dev, dtype = self.geometry, self.model.device, self.model.dtype
+        shape = (g.n_layers, g.n_kv_heads, n_tokens, g.head_dim)
+        kv = TensorKV(torch.zeros(shape, device=dev, dtype=dtype), torch.zeros(shape, device=dev, dtype=dtype),
+                      str(dev))
+        tree = RadixTree(1 << 40, 1 << 40)
+        node = tree.extend(tree.root, list(range(n_tokens)), kv)
+        moves = []
+        for i in range(repeats + 2):
+            self.synchronize()
+            t0 = time.perf_counter()
+            tree.swap_out(node)
+            tree.swap_in(node)
+            self.synchronize()
+            if i >= 2:
+                moves.append((time.perf_counter() - t0) / 2)
+        return float(kv.nbytes / max(float(np.median(moves)), 1e-9))
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (a no-op on CPU): time measurements start and end here."""
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize()
 
     def check_integrity(self) -> None:
         """Assert the radix tree's invariants (and that no request holds locks)."""
@@ -573,7 +616,7 @@ class Engine:
     def _after_token(self, g: Generation) -> bool:
         """Handle the token just appended to ``g``: stop checks and streaming. Returns done."""
         tok = g.tokens[-1]
-        if tok in self.stop_ids:
+        if tok in self.stop_ids and not g.params.ignore_eos:
             g.reason = "stop"
         else:
             text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)

@@ -26,6 +26,8 @@ class ChatOptions(TypedDict, total=False):
     Keys:
         max_tokens, temperature, top_p, seed, stop: sampling (temperature 0, the default, is greedy);
             defaults and checks are those of :class:`engine.decode.SamplingParams`.
+        ignore_eos: keep generating past the model's end-of-sequence tokens (as vLLM's and SGLang's
+            option of that name): a benchmark or trace replay that must produce ``max_tokens``.
         prefix: text the assistant's reply starts with (a cloze lead-in); not part of the text returned.
         on_text: called with each new piece of text as it is generated (streaming).
         cancelled: polled between tokens; when it returns True generation stops.
@@ -39,6 +41,7 @@ class ChatOptions(TypedDict, total=False):
     top_p: float
     seed: int | None
     stop: Sequence[str] | None
+    ignore_eos: bool
     prefix: str
     on_text: Callable[[str], None] | None
     cancelled: Callable[[], bool] | None

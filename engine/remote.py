@@ -186,6 +186,8 @@ class RemoteEngine:
             body["seed"] = params.seed
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.ignore_eos:
+            body["ignore_eos"] = True  # the name vLLM and SGLang use too
         t0 = time.perf_counter()
         if on_text is not None or cancelled is not None:
             streamed = self.wire.stream_chat(body, on_text, cancelled)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.engine import Engine
-from engine.radix import RadixTree
 from evals.replay import EvalConfig, PolicySpec, Replay
 from evals.tasks import load_suite
 
@@ -36,7 +35,7 @@ def run(engine: Engine, specs: list[PolicySpec], tasks: list[Any], share: bool, 
     for task in tasks:
         for spec in specs:
             if not share:
-                engine.tree = RadixTree(engine.tree.pool_bytes, engine.tree.host_bytes)
+                engine.clear_cache()
             failed += not replay.evaluate(spec, task).ok
     wall = time.perf_counter() - t0
     n = len(tasks) * len(specs)

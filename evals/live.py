@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.durable import CheckpointStore, DurableSession, StepKind, Tool, ToolBox
-from engine.server.toolcalls import parse_tool_calls
+from engine.toolcalls import parse_tool_calls
 from evals.cost import task_cost
 from evals.errors import AKVError, TaskError
 from evals.metrics import contains_match, exact_match

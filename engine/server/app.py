@@ -42,8 +42,8 @@ from engine.server.schemas import CacheLoadRequest, CacheSaveRequest, ChatReques
 from engine.server.sessions import Sessions
 from engine.server.snapshots import SnapshotStore
 from engine.server.tenants import AuthMiddleware, Tenants, tenant_of
-from engine.server.toolcalls import reply_message
 from engine.survival import SurvivalManager, ToolGap
+from engine.toolcalls import reply_message
 
 DEFAULT_MAX_TOKENS = 256
 ChatBody = Annotated[ChatRequest, Depends(json_body(ChatRequest))]
@@ -175,7 +175,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
             raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
         args = {"messages": req.messages, "schedule": schedule, "prepared": ready.prepared, "max_tokens": max_tokens,
                 "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "stop": req.stop_list(),
-                "prefix": req.prefix, "salt": tenant.salt}
+                "ignore_eos": req.ignore_eos, "prefix": req.prefix, "salt": tenant.salt}
         rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if not req.stream:
             result: ChatResult = await run(new_job(req.timeout, chat=args, session=sid, tool_gap=gap))

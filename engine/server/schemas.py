@@ -59,6 +59,7 @@ class ChatRequest(ScheduleFields):
     top_p: float = 1.0
     seed: int | None = Field(default=None, ge=-SEED_RANGE, lt=SEED_RANGE)
     stop: str | list[str] | None = None
+    ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1

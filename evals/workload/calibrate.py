@@ -40,8 +40,6 @@ import numpy as np
 import torch
 
 from engine.engine import Engine, Generation
-from engine.kvstore import TensorKV
-from engine.radix import RadixTree
 from evals.workload.calibration import Calibration, Timing
 from evals.workload.chat import ChatTokens
 from evals.workload.text import render, vocabulary, word_ids
@@ -82,16 +80,11 @@ def nonneg_fit(x: np.ndarray, y: np.ndarray, relative: bool = True) -> list[floa
         cols.remove(worst)
 
 
-def _sync(engine: Engine) -> None:
-    if engine.model.device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def _timed(engine: Engine, fn: Callable[[], Any]) -> tuple[Any, float]:
-    _sync(engine)
+    engine.synchronize()
     t0 = time.perf_counter()
     out = fn()
-    _sync(engine)
+    engine.synchronize()
     return out, time.perf_counter() - t0
 
 
@@ -131,7 +124,7 @@ def _prefill_points(engine: Engine, words: _Words, contexts: Sequence[int], size
         for ctx in contexts:
             for n in sizes:
                 messages = [*bases[ctx], words.message("user", n)]
-                g, dt = _timed(engine, partial(engine.start, messages, max_tokens=1))
+                g, dt = _timed(engine, partial(engine.start, messages, max_tokens=1, ignore_eos=True))
                 engine.finish(g)
                 raw.setdefault((ctx, n), []).append((g.usage.prefill_tokens, g.usage.prompt_tokens, dt))
     return [{"context": ctx, "new": n, "computed": samples[0][0], "prompt": samples[0][1],
@@ -148,8 +141,9 @@ def _decode_points(engine: Engine, words: _Words, batches: Sequence[int], contex
     for _ in range(repeats):
         for ctx in contexts:
             for b in batches:
-                gens: list[Generation] = [engine.start([words.message("user", ctx)], max_tokens=steps + 1)
-                                          for _ in range(b)]
+                gens: list[Generation] = [
+                    engine.start([words.message("user", ctx)], max_tokens=steps + 1, ignore_eos=True)
+                    for _ in range(b)]
                 while not all(g.done for g in gens):
                     last = all(len(g.tokens) + 1 >= g.params.max_tokens for g in gens)
                     context = 0 if last else sum(g.usage.prompt_tokens + len(g.tokens) for g in gens)
@@ -173,7 +167,7 @@ def wake_cost(engine: Engine, words: _Words, repeats: int, idle_s: float = 0.2) 
         for after_idle in (False, True):
             if after_idle:
                 time.sleep(idle_s)
-            g, dt = _timed(engine, partial(engine.start, [words.message("user", 64)], max_tokens=1))
+            g, dt = _timed(engine, partial(engine.start, [words.message("user", 64)], max_tokens=1, ignore_eos=True))
             engine.finish(g)
             (cold if after_idle else warm).append(dt)
     w, c = statistics.median(warm), statistics.median(cold)
@@ -185,27 +179,10 @@ def _probe(engine: Engine, words: _Words) -> float:
     whose speed changed during the measurement."""
     times = []
     for _ in range(3):
-        g, dt = _timed(engine, partial(engine.start, [words.message("user", 128)], max_tokens=1))
+        g, dt = _timed(engine, partial(engine.start, [words.message("user", 128)], max_tokens=1, ignore_eos=True))
         engine.finish(g)
         times.append(dt)
     return statistics.median(times)
-
-
-def swap_bandwidth(engine: Engine, n: int = 256, repeats: int = 9) -> float:
-    """Bytes per second of moving an ``n``-token payload pool -> host and back (median of ``repeats``)."""
-    g = engine.geometry
-    dev = engine.model.device
-    tree = RadixTree(1 << 40, 1 << 40)
-    shape = (g.n_layers, g.n_kv_heads, n, g.head_dim)
-    kv = TensorKV(torch.zeros(shape, device=dev, dtype=engine.model.dtype),
-                  torch.zeros(shape, device=dev, dtype=engine.model.dtype), str(dev))
-    node = tree.extend(tree.root, list(range(n)), kv)
-    moves = []
-    for i in range(repeats + 2):
-        _, dt = _timed(engine, lambda: (tree.swap_out(node), tree.swap_in(node)))
-        if i >= 2:  # warm-up
-            moves.append(dt / 2)
-    return float(kv.nbytes / max(statistics.median(moves), 1e-9))
 
 
 def _residuals(points: list[dict[str, Any]], predict: Callable[[dict[str, Any]], float]) -> float:
@@ -219,8 +196,8 @@ def _residuals(points: list[dict[str, Any]], predict: Callable[[dict[str, Any]],
 
 def calibrate(engine: Engine, *, quick: bool = False, repeats: int = 5, max_batch: int = 4,
               progress: Callable[[str], None] | None = None) -> Calibration:
-    """Measure ``engine`` (its tree and stop tokens are replaced during the measurement and restored
-    after). ``quick``: a small grid (for tests), not a calibration to keep.
+    """Measure ``engine`` (on a scratch cache: its own is put back after; every turn generates its
+    full length, end-of-sequence ignored). ``quick``: a small grid (for tests), not a calibration to keep.
 
     Raises:
         WorkloadError: ``repeats`` or ``max_batch`` below 1.
@@ -237,12 +214,10 @@ def calibrate(engine: Engine, *, quick: bool = False, repeats: int = 5, max_batc
     batches = [b for b in (1, 2, 4, 8, 16) if b <= max_batch]
     dec_contexts = (32, 256) if quick else (32, 512)
     t_begin, load_before = time.perf_counter(), _load()
-    saved, saved_stop = engine.tree, engine.stop_ids
-    engine.tree, engine.stop_ids = RadixTree(1 << 40, 1 << 40), set()
-    try:
+    with engine.scratch_cache(1 << 40, 1 << 40):
         say("warming up")
         for n in (32, 128):
-            g = engine.start([words.message("user", n)], max_tokens=3)
+            g = engine.start([words.message("user", n)], max_tokens=3, ignore_eos=True)
             while not g.done:
                 engine.step([g])
             engine.finish(g)
@@ -252,11 +227,9 @@ def calibrate(engine: Engine, *, quick: bool = False, repeats: int = 5, max_batc
         say(f"decode: batches {batches} x contexts {list(dec_contexts)} x {repeats} repeats")
         dec, finishes = _decode_points(engine, words, batches, dec_contexts, 4 if quick else 8, repeats)
         say("swap bandwidth, wake-up cost")
-        swap = swap_bandwidth(engine)
+        swap = engine.swap_bandwidth()
         wake, wake_points = wake_cost(engine, words, max(3, repeats))
         probe_after = _probe(engine, words)
-    finally:
-        engine.tree, engine.stop_ids = saved, saved_stop
     prefill = nonneg_fit(np.asarray([[1.0, p["computed"], p["computed"] * p["prompt"], p["prompt"]] for p in pre]),
                          np.asarray([p["seconds"] for p in pre]))
     y = np.asarray([p["seconds"] for p in dec])

@@ -107,7 +107,7 @@ class RealExecutor:
         messages = st.conv.at(turn)
         out = session.turns[turn].output_tokens
         t0 = time.perf_counter()
-        g = self.engine.start(messages, max_tokens=out, temperature=0.0)
+        g = self.engine.start(messages, max_tokens=out, temperature=0.0, ignore_eos=True)  # the trace's length
         self.prefill_samples.append((g.usage.prefill_tokens, g.usage.prompt_tokens, time.perf_counter() - t0))
         if self.clock is not None:
             self.clock.started(g.usage.prefill_tokens, g.usage.prompt_tokens)
@@ -146,4 +146,4 @@ class RealExecutor:
         return None if last else self.backend.handle_for(handle.items)
 
     def pool_used(self) -> int:
-        return self.engine.tree.pool_used
+        return self.backend.tree.pool_used

@@ -19,7 +19,6 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.errors import AKVError
-from engine.radix import RadixTree
 from engine.survival import CostModel, SurvivalManager, TreeBackend
 from evals.workload.calibration import Calibration, default_calibration
 from evals.workload.clock import ModelClock
@@ -93,28 +92,25 @@ def replay(trace: Trace | str | Path, policy_spec: Any, config: ReplayConfig | N
         policy.close()
         raise
     bpt = eng.geometry.bytes_per_token
-    saved_tree, saved_stop = eng.tree, eng.stop_ids
-    eng.tree = RadixTree(min(pool_t * bpt, 1 << 50), host_t * bpt)
-    eng.stop_ids = set()  # ignore end-of-sequence: every turn generates its trace's output tokens
-    backend = TreeBackend(eng.tree, bpt)
-    manager = SurvivalManager(backend, policy, cal.cost)
-    clock = ModelClock(cal.timing, eng.tree.stats) if config.clock == "model" else None
-    try:
-        ex = RealExecutor(eng, tr, backend, clock)
-        rec = run_loop(tr, ex, manager, LoopConfig(config.max_batch), eng.tree.pool_bytes)
-        backend.check_integrity()
-        stats = eng.tree.stats
-    except ProgramFailure as err:
-        res = getattr(err, "result", None)
-        return failed(name, "replay", str(err), getattr(getattr(res, "status", None), "value", "error"))
-    except AKVError as err:
-        if isinstance(err, WorkloadError):
-            raise
-        return failed(name, "replay", str(err), "invalid")
-    finally:
-        manager.close()
-        backend.detach()
-        eng.tree, eng.stop_ids = saved_tree, saved_stop
+    with eng.scratch_cache(min(pool_t * bpt, 1 << 50), host_t * bpt) as tree:
+        backend = TreeBackend(tree, bpt)
+        manager = SurvivalManager(backend, policy, cal.cost)
+        clock = ModelClock(cal.timing, tree.stats) if config.clock == "model" else None
+        try:
+            ex = RealExecutor(eng, tr, backend, clock)
+            rec = run_loop(tr, ex, manager, LoopConfig(config.max_batch), tree.pool_bytes)
+            backend.check_integrity()
+            stats = tree.stats
+        except ProgramFailure as err:
+            res = getattr(err, "result", None)
+            return failed(name, "replay", str(err), getattr(getattr(res, "status", None), "value", "error"))
+        except AKVError as err:
+            if isinstance(err, WorkloadError):
+                raise
+            return failed(name, "replay", str(err), "invalid")
+        finally:
+            manager.close()
+            backend.detach()
     return rec.metrics(pool_t * bpt, {
         "ok": True, "mode": "replay", "clock": config.clock, "policy": name, "trace_kind": tr.header.kind,
         "model": eng.name, **run_details(stats, manager, pool_t * bpt, host_t * bpt),

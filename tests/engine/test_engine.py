@@ -211,3 +211,20 @@ def test_batched_decode_equals_one_at_a_time(name, request):
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
     assert [r.usage.prompt_tokens for r in together] == [r.usage.prompt_tokens for r in alone]
     eng.check_integrity()
+
+
+def test_a_scratch_cache_starts_cold_and_gives_the_engine_its_own_cache_back(tiny):
+    """``scratch_cache`` serves from an empty tree (nothing cached is reused inside) and restores the
+    engine's tree after, also when the body raises; ``clear_cache`` forgets everything."""
+    eng = fresh(tiny)
+    msgs = trajectory(2)
+    eng.chat(msgs, max_tokens=1)
+    own = eng.tree
+    with pytest.raises(RuntimeError), eng.scratch_cache(pool_bytes=1 << 30) as tree:
+        assert tree is eng.tree and tree is not own and tree.pool_bytes == 1 << 30
+        assert eng.chat(msgs, max_tokens=1).usage.cached_tokens == 0
+        raise RuntimeError("measurement failed")
+    assert eng.tree is own and eng.chat(msgs, max_tokens=1).usage.cached_tokens > 0
+    eng.clear_cache()
+    assert eng.chat(msgs, max_tokens=1).usage.cached_tokens == 0
+    assert eng.swap_bandwidth(n_tokens=8, repeats=1) > 0

@@ -241,3 +241,23 @@ def test_a_remote_engine_refuses_a_per_request_salt(ours):
     with pytest.raises(AKVError) as err:
         ours.chat(trajectory(2), max_tokens=2, salt="tenant-b")
     assert err.value.field == "salt" and ours.stats.requests == before
+
+
+def test_ignore_eos_generates_the_full_length_in_process_and_over_http(tiny, tmp_path):
+    """The greedy first token is made a stop token: without ``ignore_eos`` the reply ends on it; with
+    it the engine (and the server, sent the vLLM/SGLang field) generates all ``max_tokens``."""
+    eng = fresh(tiny)
+    msgs = trajectory(2)
+    first = eng.chat(msgs, max_tokens=1, stop=[]).token_ids[0]
+    eng.stop_ids = {first}
+    with ServerThread(create_app(eng, snapshot_dir=tmp_path / "snaps")) as srv:
+        remote = RemoteEngine(srv.base_url, "tiny-random", check_usage="raise")
+        for e in (eng, remote):
+            stopped = e.chat(msgs, max_tokens=4, stop=[])
+            assert (stopped.finish_reason, len(stopped.token_ids)) == ("stop", 1)
+            full = e.chat(msgs, max_tokens=4, stop=[], ignore_eos=True)
+            assert (full.finish_reason, len(full.token_ids)) == ("length", 4) and full.token_ids[0] == first
+        remote.close()
+    with pytest.raises(AKVError) as err:
+        eng.chat(msgs, ignore_eos="yes")  # type: ignore[typeddict-item]
+    assert err.value.field == "ignore_eos"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from engine.server.toolcalls import parse_tool_calls, reply_message
 from engine.template import render_tool_calls
+from engine.toolcalls import parse_tool_calls, reply_message
 
 
 def test_rendered_calls_parse_back():
