@@ -13,6 +13,7 @@ before reposition at one trigger), then the generation prompt.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -88,6 +89,13 @@ class Layout:
     items: list[Item]
 
 
+@functools.cache
+def _renderer_for(model: str, template: str) -> Renderer:
+    from engine.models.loading import load_tokenizer
+
+    return Renderer(load_tokenizer(model), template)
+
+
 class Renderer:
     """Tokenizes messages through a template, with a cache of per-message token parts.
 
@@ -110,6 +118,12 @@ class Renderer:
         self._cached_tokens = 0
         self._lock = threading.Lock()  # the server renders on pool threads while the engine thread runs
         self.prompt_ids = self._encode(self.template.generation_prompt)
+
+    @classmethod
+    def for_model(cls, model: str, template: str = "gemma") -> Renderer:
+        """The renderer of ``model`` (a registered name or a local path) and ``template``, one per
+        process: token counts without loading the weights (seconds on first use)."""
+        return _renderer_for(model, template)
 
     @property
     def cached_tokens(self) -> int:

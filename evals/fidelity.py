@@ -158,10 +158,10 @@ class DryEngine:
         import torch
 
         from engine.models.lean import KVGeometry
-        from engine.models.loading import load_config, load_tokenizer
+        from engine.models.loading import load_config
 
         geometry = KVGeometry.from_config(load_config(model), torch.float32)
-        return cls(Renderer(load_tokenizer(model), template), geometry.bytes_per_token, model)
+        return cls(Renderer.for_model(model, template), geometry.bytes_per_token, model)
 
     def render(self, messages: Sequence[Any]) -> Rendered:
         return self.renderer.render(messages)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError, show
+from engine.layout import Renderer
 from evals.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
 from evals.probes import ProbeFormat
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
@@ -280,9 +281,10 @@ class Search:
         return tasks
 
     def _counts(self, task: Task) -> list[int]:
-        from search_spaces import default_token_counts
-
-        return default_token_counts(list(task.messages))
+        """Tokens per message as the evaluating engine counts them (its model and template)."""
+        renderer = (self._engine.renderer if self._engine is not None
+                    else Renderer.for_model(self.config.model.name, self.config.model.template))
+        return renderer.render(list(task.messages)).message_tokens
 
     def _experts(self) -> None:
         for text in self.config.experts:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.layout import Renderer
 from search_spaces.decision import Decision, cache_decision, text_decision
 from search_spaces.embed import Embedder, default_embedder, intent_relevance
 from search_spaces.request import Episode, PolicyKind, Request
@@ -22,18 +22,10 @@ from search_spaces.request import Episode, PolicyKind, Request
 TokenCounter = Callable[[Sequence[Mapping[str, Any]]], list[int]]
 
 
-@functools.cache
-def _renderer() -> Any:
-    from engine.layout import Renderer
-    from engine.models.loading import load_tokenizer
-
-    return Renderer(load_tokenizer("gemma-3-270m"), "gemma")
-
-
 def default_token_counts(messages: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Tokens per message under gemma-3-270m's tokenizer and the ``gemma`` template (the renderer
-    is built once per process, on first use, which takes a few seconds)."""
-    return _renderer().render(list(messages)).message_tokens
+    """Tokens per message under gemma-3-270m's tokenizer and the ``gemma`` template, for the
+    convenience forms called without counts (evaluations pass the evaluating engine's own counts)."""
+    return Renderer.for_model("gemma-3-270m", "gemma").render(list(messages)).message_tokens
 
 
 @dataclass(frozen=True)

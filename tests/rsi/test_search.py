@@ -106,3 +106,19 @@ def test_resume_after_kill_ends_with_the_same_archive(finished, tmp_path):
     keys = [json.loads(line)["key"] for line in evals.read_text().splitlines() if line.strip().startswith("{")]
     assert len(keys) == len(set(keys)) and len(keys) >= done_before
     assert json.loads((run_dir / "state.json").read_text())["attempt"] == 2
+
+
+def test_token_counts_come_from_the_engine_that_evaluates(tmp_path, tiny_plain):
+    """The proposer's smoke episodes count tokens as the evaluating engine does (here tiny-random
+    under the ``plain`` template), not with a fixed model's tokenizer; the counts differ."""
+    from rsi.search import Search
+    from search_spaces import default_token_counts
+    from tests.rsi.conftest import tiny_config
+
+    from evals.tasks import load_suite
+
+    search = Search(tiny_config(), tmp_path / "run", engine=tiny_plain)
+    task = load_suite(tiny_config().data.suite, "train")[0]
+    counts = search._counts(task)
+    assert counts == tiny_plain.render(list(task.messages)).message_tokens
+    assert counts != default_token_counts(list(task.messages))
