@@ -22,6 +22,7 @@ quickstart: install
 
 lint: install
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(PY) -m mypy
