@@ -31,7 +31,7 @@ import torch
 from engine.engine import Engine
 from engine.history import Drop, replay
 from engine.prefill import batched_prefill, history_jobs
-from engine.reference import ReferenceExecutor
+from engine.oracle.reference import ReferenceExecutor
 
 RESULTS = Path("bench/results")
 

@@ -11,7 +11,7 @@ queries (``new``, available layer by layer as the pass proceeds). A key stored a
 seen at position p' is rotated by p' - p on the fly; values are used as stored. Sliding-window
 layers only gather the keys inside the window of a job's first query.
 
-It must equal :class:`engine.reference.ReferenceExecutor` within float tolerance (tests).
+It must equal :class:`engine.oracle.reference.ReferenceExecutor` within float tolerance (tests).
 """
 
 from __future__ import annotations

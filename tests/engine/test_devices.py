@@ -14,9 +14,9 @@ import torch
 
 from engine import REPOSITION, Drop, Engine, replay
 from engine.kvstore import TensorKV
+from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
 from engine.radix import KVState
-from engine.reference import ReferenceExecutor
 from tests.conftest import get_engine, tolerances
 from tests.engine.agent import trajectory
 from tests.engine.test_engine import fresh, rolling

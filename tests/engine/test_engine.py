@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine import AKVError, ContextLengthError, Engine, MessageError, ScheduleError
-from engine.reference import ReferenceExecutor
+from engine.oracle.reference import ReferenceExecutor
 from tests.conftest import tolerances
 from tests.engine.agent import trajectory
 

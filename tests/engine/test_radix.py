@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import REPOSITION, Accountant, Drop
-from engine.naive_cache import NaiveCache
+from engine.oracle.naive_cache import NaiveCache
 from engine.radix import KVState, RadixTree
 
 BPT = 10  # bytes per token in these tests

@@ -55,7 +55,7 @@ def test_segment_batched_restore_matches_the_reference_on_gemma(plain_gemma):
     """A few real-model cases: drops + reposition, restored after eviction, equal the reference."""
     import torch
 
-    from engine.reference import ReferenceExecutor
+    from engine.oracle.reference import ReferenceExecutor
 
     eng = Engine(plain_gemma.model, plain_gemma.tokenizer, "plain", pool_bytes=40 * eng_bpt(plain_gemma))
     for sched in (None, DROP_EVIDENCE, {"drop_message": {"4": [2], "6": [3, 5]}, "reposition": [6]}):

@@ -12,7 +12,7 @@ import torch
 
 import engine.engine as engine_module
 from engine.layout import Renderer
-from engine.reference import ReferenceExecutor
+from engine.oracle.reference import ReferenceExecutor
 from tests.conftest import tolerances
 from tests.engine.agent import trajectory
 from tests.engine.test_engine import fresh, rolling

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from engine import REPOSITION, Accountant, Drop
 from engine.history import merge_ranges
-from engine.naive_cache import NaiveCache
+from engine.oracle.naive_cache import NaiveCache
 from engine.session_accountant import SessionAccountant
 
 GEN = [90, 91]  # the generation prompt, which is also an assistant turn's header
