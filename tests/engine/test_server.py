@@ -16,7 +16,7 @@ import pytest
 from openai import OpenAI
 
 from engine import Engine
-from engine.client import AKVClient, AKVServerError
+from engine.remote.client import AKVClient, AKVServerError
 from engine.server import ServerThread, create_app
 from tests.engine.agent import trajectory
 from tests.engine.test_engine import fresh, rolling

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from openai import APIStatusError, AuthenticationError, OpenAI
 
-from engine.client import AKVClient, AKVServerError
 from engine.errors import AKVError
 from engine.history import Salt
+from engine.remote.client import AKVClient, AKVServerError
 from engine.server import ServerThread, create_app
 from engine.server.snapshots import SECRET_FILE, SnapshotStore, check_name
 from engine.server.tenants import ANONYMOUS, Tenants, configure, warn_if_open

@@ -27,7 +27,7 @@ Servers (``akv_extensions``: ``None`` detects ours by ``/v1/models`` ``owned_by 
   ``drop_skipped_tokens`` raises :class:`RemoteError` (code ``schedule_ignored``): a server that
   ignores drops must never score a drop policy. It serves full-cache and text baselines only.
 
-Not for: streaming to end users (``engine.client.AKVClient``), or launching servers
+Not for: streaming to end users (``engine.remote.client.AKVClient``), or launching servers
 (``rsi.executors.launcher``).
 """
 
@@ -49,7 +49,7 @@ from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import KVGeometry
 from engine.plan import TokenUsage
-from engine.remote_wire import WireClient, parse_usage
+from engine.remote.wire import WireClient, parse_usage
 from engine.schedule import Schedule
 
 log = logging.getLogger("akv.remote")

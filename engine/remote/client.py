@@ -1,6 +1,6 @@
 """A small Python client for the AKV server.
 
-    from engine.client import AKVClient
+    from engine.remote.client import AKVClient
     c = AKVClient("http://127.0.0.1:30000")            # api_key="..." for a server with --api-key
     r = c.chat(messages, drop_message={"7": [3]}, reposition=[7], max_tokens=32)
     r["choices"][0]["message"]["content"], r["usage"]["prompt_tokens_details"]["cached_tokens"]
