@@ -33,7 +33,7 @@ unit: install
 test: lint typecheck unit
 
 bench: install
-	$(PY) -m engine.bench
+	$(PY) -m bench.engine_speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

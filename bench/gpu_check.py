@@ -13,9 +13,9 @@ Steps, all in one run, results in one JSON file (``--out``, else ``$OUT/gpu_chec
    weights can reach such a machine): ~1.5B parameters (16 layers, hidden 2048, GQA 32/8 heads,
    the default model's 262k vocabulary); ``--small``: 2 layers, hidden 64.
 3. ``throughput``: prefill and decode tokens/s of this engine vs plain transformers (forward, and
-   ``generate`` with its own cache) at several context lengths (``engine.bench.bench_throughput``).
+   ``generate`` with its own cache) at several context lengths (``bench.engine_speed.bench_throughput``).
 4. ``sweep``: the rolling-drop policy sweep with and without the radix tree
-   (``engine.bench.bench_sweep``), plus plain transformers prefilling every request's full prompt
+   (``bench.engine_speed.bench_sweep``), plus plain transformers prefilling every request's full prompt
    (no reuse; drops not applied: what a server without a prefix cache pays in compute).
 
 None of this was run on a GPU where it was written (no GPU there); ``--small --device cpu`` is.
@@ -24,7 +24,6 @@ None of this was run on a GPU where it was written (no GPU there); ``--small --d
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -72,8 +71,8 @@ def run_tests(files: list[str], device: str, dtype: str, timeout: float, extra: 
         out: dict[str, Any] = {"device": device, "dtype": dtype, "files": files, "rc": rc, "timed_out": timed_out,
                                "seconds": round(time.perf_counter() - t0, 1), "ok": rc == 0}
         if xml.exists():
-            suite = ET.parse(xml).getroot()
-            suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
+            root = ET.parse(xml).getroot()
+            suite = root.find("testsuite") if root.tag == "testsuites" else root
             assert suite is not None
             for key in ("tests", "failures", "errors", "skipped"):
                 out[key] = int(suite.get(key, 0))
@@ -96,7 +95,7 @@ def build_engine(device: str, dtype: str, small: bool) -> tuple[Any, dict[str, A
     from engine.models.loading import load_tokenizer
 
     tok = load_tokenizer("tiny-random")  # the default model's tokenizer (262k vocabulary)
-    size = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    size: dict[str, Any] = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16) if small else dict(
         hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
         num_key_value_heads=8, head_dim=64)
@@ -123,7 +122,7 @@ def hf_sweep_baseline(eng: Any, n_tools: int, schedules: int) -> dict[str, Any]:
     """Plain transformers: one full-prompt forward per request of the first sweep schedule (no reuse)."""
     import torch
 
-    from engine.bench import _sync, rolling_schedule, sweep_trajectory
+    from bench.engine_speed import _sync, rolling_schedule, sweep_trajectory
 
     msgs = sweep_trajectory(n_tools)
     turns = list(range(4, len(msgs) + 1, 2))
@@ -173,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         for td in test_dtypes:
             report["exactness"].append(run_tests(args.tests, args.device, td, args.tests_timeout, args.pytest_args))
     eng, report["model"] = build_engine(args.device, dtype, args.small)
-    from engine.bench import bench_sweep, bench_throughput
+    from bench.engine_speed import bench_sweep, bench_throughput
 
     report["throughput"] = bench_throughput(eng, repeats, contexts, new_tokens=2 if args.small else 32)
     sweep_size = {"n_tools": 3, "schedules": 2, "no_tree_schedules": 1} if args.small else {
@@ -186,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "gpu_check.json" if os.environ.get("OUT") else
                                            ROOT / "bench" / "results" /
                                            f"gpu-check-{args.device}-{dtype}{'-small' if args.small else ''}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"wrote {out} (exactness ok: {report['ok']})")
+    from bench import write_result  # after ROOT is on sys.path (run as a file)
+
+    write_result(out, report)
+    print(f"exactness ok: {report['ok']}")
     return 0 if report["ok"] else 1
 
 

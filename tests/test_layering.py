@@ -1,4 +1,5 @@
-"""Imports go one way: engine <- search_spaces <- evals <- rsi (checked on the source, statically)."""
+"""Imports go one way: engine <- search_spaces <- evals <- rsi <- bench (checked on the source,
+statically; ``make lint`` checks the same layers with import-linter)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = {"engine": ("search_spaces", "evals", "rsi"), "search_spaces": ("evals", "rsi"), "evals": ("rsi",)}
+FORBIDDEN = {"engine": ("search_spaces", "evals", "rsi", "bench"), "search_spaces": ("evals", "rsi", "bench"),
+             "evals": ("rsi", "bench"), "rsi": ("bench",)}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

@@ -203,8 +203,8 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
         assert pair["model_pass"] == pytest.approx(aggregate(stored).pass_rate)
         assert 0 <= pair["predicted_pass"] <= 1
     # The benchmark that re-scores finished runs reproduces the run's own predictions from its store.
+    from bench.fidelity_runs import rescore
     from evals.fidelity import DryEngine
-    from rsi.bench_fidelity_runs import rescore
 
     again = rescore(run, DryEngine.of(tiny_plain))
     rescored = {(round(m, 9), round(p, 9)) for m, p in zip(again["model"], again["predicted"]["current"],

@@ -111,11 +111,10 @@ def test_resume_after_kill_ends_with_the_same_archive(finished, tmp_path):
 def test_token_counts_come_from_the_engine_that_evaluates(tmp_path, tiny_plain):
     """The proposer's smoke episodes count tokens as the evaluating engine does (here tiny-random
     under the ``plain`` template), not with a fixed model's tokenizer; the counts differ."""
+    from evals.tasks import load_suite
     from rsi.search import Search
     from search_spaces import default_token_counts
     from tests.rsi.conftest import tiny_config
-
-    from evals.tasks import load_suite
 
     search = Search(tiny_config(), tmp_path / "run", engine=tiny_plain)
     task = load_suite(tiny_config().data.suite, "train")[0]

@@ -1,4 +1,4 @@
-"""Loopback load test of ``akv serve``: ``python -m engine.bench_server [--sessions 4] [--turns 6]``.
+"""Loopback load test of ``akv serve``: ``python -m bench.server_load [--sessions 4] [--turns 6]``.
 
 N concurrent agent sessions x M turns each (a tool response appended every turn, rolling drop
 schedule keeping the last K tool responses), against a real server process on 127.0.0.1, once
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench import write_result
 
 
 def _free_port() -> int:
@@ -164,10 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = {k: cold[k] / reuse[k] if reuse[k] else float("nan")
               for k in ("ttft_p50_s", "ttft_p95_s", "turn_p50_s", "turn_p95_s", "wall_s")}
     print("full-recompute / reuse: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "rows": rows, "ratios_cold_over_reuse": ratios}, indent=2))
-    print(f"wrote {out}")
+    write_result(args.out, {"model": args.model, "rows": rows, "ratios_cold_over_reuse": ratios})
     return 0
 
 

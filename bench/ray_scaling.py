@@ -1,4 +1,4 @@
-"""Ray executor benchmark: ``python -m rsi.bench_ray [--model gemma-3-270m] [--policies 6] [--tasks 4]``.
+"""Ray executor benchmark: ``python -m bench.ray_scaling [--model gemma-3-270m] [--policies 6] [--tasks 4]``.
 
 In one run: evaluations per minute with 1 and 2 replicas (task-affine routing), and radix reuse
 (prompt tokens read from the replicas' trees vs prefilled) with affinity vs round-robin routing.
@@ -10,12 +10,12 @@ Writes ``bench/results/ray-executor.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import write_result
 from evals.replay import EvalConfig, PolicySpec
 from evals.tasks import select_tasks
 from rsi.executors.base import EvalRequest
@@ -75,11 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{replicas} replica(s) x {threads} thread(s), {routing:11s}: {row['evals_per_min']:6.1f} evals/min, "
               f"reuse {row['reuse_fraction']:.2f} ({row['cached_tokens']} cached / {row['prefill_tokens']} prefilled), "
               f"failed {row['failed']}", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "tasks": [t.id for t in tasks], "policies": len(specs),
-                               "rows": rows}, indent=1))
-    print(f"wrote {out}")
+    write_result(args.out, {"model": args.model, "tasks": [t.id for t in tasks], "policies": len(specs),
+                            "rows": rows})
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Evaluator throughput: ``python -m evals.bench [--policies 8] [--tasks 20] [--model gemma-3-270m]``.
+"""Evaluator throughput: ``python -m bench.eval_speed [--policies 8] [--tasks 20] [--model gemma-3-270m]``.
 
 In one run, evaluations per minute of P policies x T tasks (task by task, so the policies of a
 task share its KV through the engine's radix tree) vs the same evaluations without sharing (the
@@ -9,11 +9,10 @@ tree is emptied before every evaluation). Prints a table and writes
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
+from bench import write_result
 from engine.engine import Engine
 from evals.replay import EvalConfig, PolicySpec, Replay
 from evals.tasks import load_suite
@@ -67,11 +66,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['wall_s']:7.1f}s = {r['evals_per_min']:6.1f}/min; prefilled {r['prefill_tokens']:8d}, "
               f"reused {r['cached_tokens']:8d}, failed {r['failed']}")
     print(f"speedup from sharing: {rows[0]['evals_per_min'] / rows[1]['evals_per_min']:.2f}x")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "policies": [s.display for s in specs],
-                               "tasks": [t.id for t in tasks], "rows": rows}, indent=1))
-    print(f"wrote {out}")
+    write_result(args.out, {"model": args.model, "policies": [s.display for s in specs],
+                            "tasks": [t.id for t in tasks], "rows": rows})
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Engine benchmarks: ``python -m engine.bench [--model gemma-3-270m] [--only NAME ...]``.
+"""Engine benchmarks: ``python -m bench.engine_speed [--model gemma-3-270m] [--only NAME ...]``.
 
 Prints tables and writes ``bench/results/engine-<name>.json``. Everything compared is measured in
 the same run on the same machine; timings on a shared machine are noisy, so each point is the
@@ -17,7 +17,6 @@ median of ``--repeats`` runs and the ratios matter more than the absolute number
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -28,12 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench import RESULTS, write_result
 from engine.engine import Engine
 from engine.history import Drop, replay
-from engine.prefill import batched_prefill, history_jobs
 from engine.oracle.reference import ReferenceExecutor
-
-RESULTS = Path("bench/results")
+from engine.prefill import batched_prefill, history_jobs
 
 
 def _sync() -> None:
@@ -240,9 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if "restore" in args.only:
         report["restore"] = bench_restore(eng, args.repeats)
     out = Path(args.out) if args.out else RESULTS / f"engine-{args.model.replace('/', '_')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {out}")
+    write_result(out, report)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""What a search's screen costs, everything included: ``python -m rsi.bench_screen [--suite horizon]
+"""What a search's screen costs, everything included: ``python -m bench.screen_speed [--suite horizon]
 [--tasks 6] [--trials 32]``.
 
 For each seed program, a real proxy study (:func:`rsi.tuning.tune` with a :class:`Screen`, journal
@@ -14,13 +14,13 @@ Prints a table and writes ``bench/results/screen-speed-<model>-<suite>.json``. N
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from evals.bench_fidelity import seed_programs, speed_setup
+from bench import RESULTS, write_result
+from bench.fidelity import seed_programs, speed_setup
 from evals.fidelity import ProxyReplay
 from evals.replay import PolicySpec, TaskResult
 from evals.tasks.schema import Task
@@ -78,10 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'all (' + str(len(out['programs'])) + ' programs x ' + str(args.trials) + ' trials)':32s} "
           f"{out['ms_per_policy_task']:7.2f} {out['proxy_ms']:7.2f} {out['space_and_optuna_ms']:15.2f}")
     print(f"a search screens {out['policy_task_evaluations_per_min']:.0f} policy-task evaluations a minute")
-    path = Path(args.out or f"bench/results/screen-speed-{args.model}-{args.suite}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
-    print(f"wrote {path}")
+    write_result(args.out or RESULTS / f"screen-speed-{args.model}-{args.suite}.json", out)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Does one hostile client stall the others? ``python -m engine.bench_limits [--model tiny-random]``.
+"""Does one hostile client stall the others? ``python -m bench.server_limits [--model tiny-random]``.
 
 Starts ``akv serve`` on 127.0.0.1 (default limits), measures a small chat request's latency when
 the server is idle, then again while an attacker thread keeps sending requests the server must
@@ -33,7 +33,8 @@ from typing import Any
 
 import httpx
 
-from engine.bench_server import _free_port, _percentile, _rss_peak_mib
+from bench import write_result
+from bench.server_load import _free_port, _percentile, _rss_peak_mib
 
 SMALL = {"messages": [{"role": "system", "content": "You are terse."},
                       {"role": "user", "content": "Name one colour."}], "max_tokens": 8, "temperature": 0}
@@ -82,7 +83,7 @@ def _attacker(base: str, body: bytes, tmp: Path) -> subprocess.Popen:
     """Start the attacker in its own process (so that its client work never slows the victim's)."""
     path = tmp / "body.json"
     path.write_bytes(body)
-    return subprocess.Popen([*_pin(CLIENT_CPU), sys.executable, "-m", "engine.bench_limits", "--attack", base,
+    return subprocess.Popen([*_pin(CLIENT_CPU), sys.executable, "-m", "bench.server_limits", "--attack", base,
                              str(path)], stdout=subprocess.PIPE, text=True)
 
 
@@ -150,7 +151,7 @@ def run(model: str, n: int, pin: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.bench_limits", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.server_limits", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="tiny-random")
     p.add_argument("--requests", type=int, default=16, help="small requests per scenario")
     p.add_argument("--no-pin", action="store_true", help="do not pin the server and the clients to separate CPUs")
@@ -166,10 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         refusal = f"{r['refusal_p50_s']:.3f}" if r["refusal_p50_s"] is not None else "-"
         print(f"{r['scenario']:42s} {r['small_p50_s']:11.3f} {r['small_p95_s']:7.3f} {r['ratio_vs_idle']:7.2f} "
               f"{refusal:>13s}  {r['attacker_statuses'] or '-'}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    write_result(args.out, result)
     return 0
 
 

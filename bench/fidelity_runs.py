@@ -1,4 +1,4 @@
-"""The proxy re-scored on finished searches: ``python -m rsi.bench_fidelity_runs RUN_DIR [RUN_DIR ...]``.
+"""The proxy re-scored on finished searches: ``python -m bench.fidelity_runs RUN_DIR [RUN_DIR ...]``.
 
 Every policy a search evaluated with the model on all its train tasks (experts, every setting the
 experts' tuning ran, every promoted parameter set) is predicted again by the zero-forward proxy
@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench import write_result
 from engine.errors import AKVError
 from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, result_from_row
@@ -127,11 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         s = r["scores"]
         print(f"{str(r['run'])[-28:]:28s} {r['policies']:8d}  "
               + "  ".join(f"{s[name]['spearman']:>20.3f} / {s[name]['mae']:.3f}" for name in RULES))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"runs": rows, "pooled": pooled,
-                                    "command": "python -m rsi.bench_fidelity_runs " + " ".join(map(str, args.runs))},
-                                   indent=1) + "\n")
-    print(f"wrote {args.out}")
+    write_result(args.out, {"runs": rows, "pooled": pooled,
+                            "command": "python -m bench.fidelity_runs " + " ".join(map(str, args.runs))})
     return 0
 
 

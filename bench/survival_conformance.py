@@ -1,6 +1,6 @@
-"""The simulator against the real engine on this machine: ``python -m evals.workload.bench_conformance``.
+"""The simulator against the real engine on this machine: ``python -m bench.survival_conformance``.
 
-    python -m evals.workload.bench_conformance --model gemma-3-270m [--kinds tool-heavy,memory-tight]
+    python -m bench.survival_conformance --model gemma-3-270m [--kinds tool-heavy,memory-tight]
         [--sessions 6,12] [--families lru,ttl,...] [--replays 2] [--calibration FILE] [--calibrate]
         [--time-scale 1.0] [--token-scale 1.0] [--max-batch 4] [--seed 0] [--out FILE] [--fresh]
 
@@ -36,7 +36,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evals.workload.calibration import RESULTS, Calibration, load_calibration, stored_path
+from bench import RESULTS, write_result
+from evals.workload.calibration import Calibration, load_calibration, stored_path
 from evals.workload.generate import generate_trace
 from evals.workload.metrics import METRIC_KEYS, TOKEN_KEYS
 from evals.workload.replay import ReplayConfig, replay
@@ -149,7 +150,7 @@ def _calibration(args: argparse.Namespace, engine: Any) -> Calibration:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evals.workload.bench_conformance", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.survival_conformance", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="gemma-3-270m")
     p.add_argument("--kinds", default="tool-heavy,memory-tight")
     p.add_argument("--sessions", default="6,12", help="comma-separated session counts")
@@ -176,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.update({"model": engine.name, "calibration": {"machine": dict(cal.machine), "timing": cal.timing.wire()},
                    "goal": GOAL, "time_keys": list(TIME_KEYS)})
     commands = report.setdefault("commands", [])
-    commands.append("python -m evals.workload.bench_conformance " + " ".join(sys.argv[1:] if argv is None else argv))
+    commands.append("python -m bench.survival_conformance " + " ".join(sys.argv[1:] if argv is None else argv))
     families = [f for f in args.families.split(",") if f]
     for kind in [k for k in args.kinds.split(",") if k]:
         for n in [int(x) for x in args.sessions.split(",") if x]:
@@ -197,11 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "max_batch": args.max_batch, "replays": args.replays}
                 report["rows"] = [x for x in report["rows"]
                                   if (x["kind"], x["sessions"], x["family"]) != (kind, n, family)] + [cell]
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+                write_result(out, report)  # after every cell: a long run killed keeps what it measured
                 print(table([cell]).splitlines()[-1], flush=True)
     print(table(report["rows"]), flush=True)
-    print(f"wrote {out}", flush=True)
     return 0
 
 

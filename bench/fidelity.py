@@ -1,4 +1,4 @@
-"""The proxy fidelity against the model: ``python -m evals.bench_fidelity [--suite default] [--tasks 6]``.
+"""The proxy fidelity against the model: ``python -m bench.fidelity [--suite default] [--tasks 6]``.
 
 In one run, on the same train tasks: (1) the two control evaluations the proxy needs (``full``
 and ``drop_evidence``, by the model); (2) P distinct policies evaluated by the model and by the
@@ -14,11 +14,10 @@ Prints a table and writes ``bench/results/fidelity-<model>-<suite>.json``. Not a
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
+from bench import RESULTS, write_result
 from evals.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
 from evals.tasks import load_suite
@@ -90,7 +89,7 @@ def proxy_speed(model: str, suite: str, n_tasks: int, repeats: int = 3) -> dict[
     for the built-in families (in process) and for the seed programs (each call one sandbox
     process for all tasks, as a search screens), split into the policy's decisions and the rest
     (dry-run accounting of every request, predicted probes, cost). What a search's screen costs with
-    ``space()`` and Optuna included is ``python -m rsi.bench_screen``."""
+    ``space()`` and Optuna included is ``python -m bench.screen_speed``."""
     import statistics
 
     tasks, proxy = speed_setup(model, suite, n_tasks)
@@ -170,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             label = f"{group} ({g['policies']} x {speed['tasks']} tasks)"
             print(f"{label:28s} {g['ms_per_policy_task']:7.2f} {g['decide_ms']:7.2f} {g['rest_ms']:7.2f}")
         print(f"a search screens programs: {speed['proxy_evals_per_min']:.0f} policy-task evaluations a minute")
-        out = Path(args.out or f"bench/results/proxy-speed-{args.model}-{args.suite}.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(speed, indent=1))
+        write_result(args.out or RESULTS / f"proxy-speed-{args.model}-{args.suite}.json", speed)
         return 0
     result = run(args.model, args.suite, args.tasks, args.policies)
     print(f"{'policy':28s} {'model pass':>10s} {'predicted':>9s} {'cost (c)':>9s}")
@@ -185,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     print(result["summary"])
     print(f"policy-task evaluations per minute: model {result['model_evals_per_min']:.1f}, proxy "
           f"{result['proxy_evals_per_min']:.1f} ({result['speedup']:.0f}x)")
-    out = Path(args.out or f"bench/results/fidelity-{args.model}-{args.suite}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out}")
+    write_result(args.out or RESULTS / f"fidelity-{args.model}-{args.suite}.json", result)
     return 0
 
 

@@ -1,6 +1,6 @@
-"""How fast the simulator runs at cluster scale: ``python -m evals.workload.bench_sim``.
+"""How fast the simulator runs at cluster scale: ``python -m bench.survival_sim_speed``.
 
-    python -m evals.workload.bench_sim [--sessions 2000] [--kinds tool-heavy,memory-tight]
+    python -m bench.survival_sim_speed [--sessions 2000] [--kinds tool-heavy,memory-tight]
         [--families lru,ttl,...] [--out bench/results/survival-sim-speed.json]
 
 Simulates ``--sessions`` sessions of each trace kind (arrivals at 3/s, a 150,000-token pool,
@@ -13,16 +13,15 @@ run, its turns and requests per second, with the machine's load average. A bench
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from evals.workload.calibration import RESULTS, assumed_gpu
+from bench import RESULTS, write_result
+from evals.workload.calibration import assumed_gpu
 from evals.workload.generate import generate_trace
 from evals.workload.sim import SimConfig, simulate
 from search_spaces.survival import SURVIVAL_FAMILIES
@@ -63,7 +62,7 @@ def run(sessions: int, kinds: Sequence[str], families: Sequence[str], seed: int 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evals.workload.bench_sim", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.survival_sim_speed", description=__doc__.split("\n")[0])
     p.add_argument("--sessions", type=int, default=2000)
     p.add_argument("--kinds", default="tool-heavy,memory-tight")
     p.add_argument("--families", default=",".join(SURVIVAL_FAMILIES))
@@ -73,12 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     report = run(args.sessions, [k for k in args.kinds.split(",") if k], [f for f in args.families.split(",") if f],
                  args.seed)
-    report["command"] = "python -m evals.workload.bench_sim " + " ".join(sys.argv[1:] if argv is None else argv)
+    report["command"] = "python -m bench.survival_sim_speed " + " ".join(sys.argv[1:] if argv is None else argv)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    write_result(args.out, report)
     walls = [r["wall_s"] for r in report["rows"]]
-    print(f"wrote {args.out}: {len(walls)} runs, {min(walls):.1f}-{max(walls):.1f} s each", flush=True)
+    print(f"{len(walls)} runs, {min(walls):.1f}-{max(walls):.1f} s each", flush=True)
     return 0
 
 

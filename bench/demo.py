@@ -1,17 +1,16 @@
 """A short engine demo: one agent session, turn by turn, with and without a rolling drop.
 
-Run ``python -m engine.demo [--model gemma-3-270m]``. It prints per-turn usage for the full
+Run ``python -m bench.demo [--model gemma-3-270m]``. It prints per-turn usage for the full
 cache and for a rolling drop that keeps the last 2 tool responses, and writes the table to
-``runs/demo/report.json``. Not a benchmark (see ``python -m engine.bench``).
+``runs/demo/report.json``. Not a benchmark (see ``python -m bench.engine_speed``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
+from bench import write_result
 from engine.engine import Engine
 
 
@@ -56,10 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{policy:16s} turn {turn:2d}  prompt {u.prompt_tokens:5d}  prefill {u.prefill_tokens:5d}  "
                   f"cached {u.cached_tokens:5d}  dropped {u.drop_skipped_tokens:5d}  {rows[-1]['seconds']:.2f}s")
     eng.check_integrity()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "rows": rows}, indent=2))
-    print(f"report: {out.resolve()}")
+    write_result(args.out, {"model": args.model, "rows": rows})
     return 0
 
 
