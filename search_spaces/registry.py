@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.errors import ParameterError, UnknownPolicyError
 from search_spaces.families import full, rolling, scored, text, thinking
+from search_spaces.lookup import Registry
 from search_spaces.policy import Policy
 from search_spaces.request import PolicyKind
 
@@ -61,12 +61,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("trim", PolicyKind.TEXT, text.Trim, text.trim_space, None, "delete old rounds from the text (baseline)"),
 )}
 
-PROGRAM = "program"
+REGISTRY: Registry[Family] = Registry(("policy", "policies"), "policy", FAMILIES.values())
 
 
 def policy_names() -> tuple[str, ...]:
     """Every name :func:`get_policy` accepts."""
-    return (*FAMILIES, PROGRAM)
+    return REGISTRY.names()
 
 
 def get_family(name: str) -> Family:
@@ -75,11 +75,7 @@ def get_family(name: str) -> Family:
     Raises:
         UnknownPolicyError: listing the valid names.
     """
-    try:
-        return FAMILIES[name]
-    except (KeyError, TypeError):
-        raise UnknownPolicyError(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}",
-                                 field="policy", value=name) from None
+    return REGISTRY.get(name)
 
 
 def get_policy(name: str, **params: Any) -> Policy:
@@ -92,9 +88,4 @@ def get_policy(name: str, **params: Any) -> Policy:
         UnknownPolicyError: an unknown name (the message lists the valid names).
         ParameterError: an unknown parameter (named) or a value out of range.
     """
-    if name == PROGRAM:
-        source = params.pop("source", None)
-        if not isinstance(source, str):
-            raise ParameterError("program: the parameter 'source' (program text) is required", field="source")
-        return Policy.from_program(source, params)
-    return get_family(name).factory(**params)
+    return REGISTRY.build(name, params, program=Policy.from_program, family=lambda f, p: f.factory(**p))

@@ -14,7 +14,8 @@ from typing import Any
 
 from engine.errors import show
 from engine.survival import SurvivalPolicy
-from search_spaces.errors import ParameterError, UnknownPolicyError
+from search_spaces.errors import ParameterError
+from search_spaces.lookup import PROGRAM, Registry
 from search_spaces.params import resolve
 from search_spaces.sandbox import SandboxLimits
 from search_spaces.survival import autellix, continuum, infercept, intent, lru, unison, weighted
@@ -26,12 +27,13 @@ SURVIVAL_FAMILIES: dict[str, SurvivalFamily] = {f.name: f for f in (
     lru.FAMILY, continuum.FAMILY, infercept.FAMILY, autellix.FAMILY, unison.FAMILY, intent.FAMILY, weighted.FAMILY,
 )}
 
-PROGRAM = "program"
+REGISTRY: Registry[SurvivalFamily] = Registry(("survival policy", "survival policies"), "survival",
+                                                SURVIVAL_FAMILIES.values())
 
 
 def survival_policy_names() -> tuple[str, ...]:
     """Every name :func:`get_survival_policy` accepts."""
-    return (*SURVIVAL_FAMILIES, PROGRAM)
+    return REGISTRY.names()
 
 
 def get_survival_family(name: str) -> SurvivalFamily:
@@ -40,11 +42,7 @@ def get_survival_family(name: str) -> SurvivalFamily:
     Raises:
         UnknownPolicyError: listing the valid names.
     """
-    try:
-        return SURVIVAL_FAMILIES[name]
-    except (KeyError, TypeError):
-        raise UnknownPolicyError(f"unknown survival policy {show(name)}; valid survival policies: "
-                                 f"{', '.join(survival_policy_names())}", field="survival", value=name) from None
+    return REGISTRY.get(name)
 
 
 def get_survival_policy(name: str, *, limits: SandboxLimits | None = None, **params: Any) -> SurvivalPolicy:
@@ -55,13 +53,13 @@ def get_survival_policy(name: str, *, limits: SandboxLimits | None = None, **par
         ParameterError: an unknown parameter (named) or a value out of range.
         ProgramFailure: a program the static check refuses.
     """
-    if name == PROGRAM:
-        source = params.pop("source", None)
-        if not isinstance(source, str):
-            raise ParameterError("program: the parameter 'source' (program text) is required", field="source")
-        return SurvivalProgram(source, params, limits=limits)
-    family = get_survival_family(name)
-    return BuiltinSurvival(family, resolve(family.params, params, name))
+    def program(source: str, values: dict[str, Any]) -> SurvivalPolicy:
+        return SurvivalProgram(source, values, limits=limits)
+
+    def family(f: SurvivalFamily, values: dict[str, Any]) -> SurvivalPolicy:
+        return BuiltinSurvival(f, resolve(f.params, values, name))
+
+    return REGISTRY.build(name, params, program=program, family=family)
 
 
 def make_survival_policy(spec: Any, limits: SandboxLimits | None = None) -> SurvivalPolicy:

@@ -1,0 +1,74 @@
+"""The one registry helper both tracks use: built-in families by name, plus ``"program"``.
+
+A :class:`Registry` answers :meth:`~Registry.names` and :meth:`~Registry.get` (an unknown name
+raises :class:`UnknownPolicyError` listing the valid ones) and :meth:`~Registry.build`, which
+routes ``"program"`` (with its required ``source``) to the track's program wrapper and any other
+name to the track's family builder. ``search_spaces.cache.registry`` (cache policies) and
+``search_spaces.survival.registry`` (survival policies) each hold one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Protocol, TypeVar
+
+from engine.errors import show
+from search_spaces.errors import ParameterError, UnknownPolicyError
+
+PROGRAM = "program"
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+F = TypeVar("F", bound=Named)
+P = TypeVar("P")
+
+
+class Registry(Generic[F]):
+    """Families of one track by name.
+
+    Args:
+        what: the kind in messages, singular and plural (``("policy", "policies")``).
+        field: the error field an unknown name is reported under.
+        families: the built-in families (each with a ``name``).
+    """
+
+    def __init__(self, what: tuple[str, str], field: str, families: Iterable[F]) -> None:
+        self.what, self.field = what, field
+        self.families: dict[str, F] = {f.name: f for f in families}
+
+    def names(self) -> tuple[str, ...]:
+        """Every name :meth:`build` accepts (the families, then ``"program"``)."""
+        return (*self.families, PROGRAM)
+
+    def get(self, name: Any) -> F:
+        """The built-in family ``name``.
+
+        Raises:
+            UnknownPolicyError: naming ``name`` and listing the valid names.
+        """
+        try:
+            return self.families[name]
+        except (KeyError, TypeError):
+            one, many = self.what
+            raise UnknownPolicyError(f"unknown {one} {show(name)}; valid {many}: {', '.join(self.names())}",
+                                     field=self.field, value=name) from None
+
+    def build(self, name: Any, params: dict[str, Any], *, program: Callable[[str, dict[str, Any]], P],
+              family: Callable[[F, dict[str, Any]], P]) -> P:
+        """``program(source, params)`` for ``"program"`` (``source`` popped from ``params``), else
+        ``family(self.get(name), params)``.
+
+        Raises:
+            ParameterError: ``"program"`` without a ``source`` string.
+            UnknownPolicyError: an unknown name.
+        """
+        if name == PROGRAM:
+            source = params.pop("source", None)
+            if not isinstance(source, str):
+                raise ParameterError("program: the parameter 'source' (program text) is required", field="source")
+            return program(source, params)
+        return family(self.get(name), params)
