@@ -30,7 +30,7 @@ from rsi.proposers.bandit import UCB1, bandit_from_archive
 from rsi.proposers.base import ParentView
 from rsi.proposers.llm import FORMAT, PREFIX, LLMProposer, failed_children
 from rsi.proposers.mutation import OPERATORS, MutationProposer
-from search_spaces.checker import check_program
+from search_spaces.sandbox.checker import check_program
 from search_spaces.survival import get_survival_policy, run_survival_program, survival_api_doc
 
 SURVIVAL_OPERATORS = tuple(op for op in OPERATORS if op != "fragment")

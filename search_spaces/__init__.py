@@ -16,7 +16,6 @@ See docs/architecture.md for the map and docs/policy-api.md for the program API.
 """
 
 from search_spaces import program_api
-from search_spaces.checker import CheckResult, check_program
 from search_spaces.decision import Decision
 from search_spaces.errors import (
     DecisionError,
@@ -32,6 +31,7 @@ from search_spaces.program_api import estimate_tokens
 from search_spaces.registry import FAMILIES, Family, get_family, get_policy, policy_names
 from search_spaces.request import Episode, PolicyKind, Request, request_points
 from search_spaces.sandbox import SandboxLimits, Status
+from search_spaces.sandbox.checker import CheckResult, check_program
 from search_spaces.seeds import SEEDS, seed_source
 
 

@@ -30,13 +30,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from search_spaces import _harness_runtime, program_api, rules
-from search_spaces.checker import ALLOWED_ATTRIBUTES, check_program
+from search_spaces import _harness_runtime, program_api
 from search_spaces.errors import PolicyError
 from search_spaces.policy import Policy
 from search_spaces.program import ProgramPolicy
 from search_spaces.registry import FAMILIES
 from search_spaces.request import PolicyKind
+from search_spaces.sandbox import rules
+from search_spaces.sandbox.checker import ALLOWED_ATTRIBUTES, check_program
 from search_spaces.seeds import seed_source
 
 _MARKER = "# ---- exported from here ----"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from search_spaces import Policy, PolicyError, ProgramPolicy, estimate_tokens, export_policy, get_policy, request_points
-from search_spaces.checker import CheckResult
+from search_spaces.sandbox.checker import CheckResult
 from tests.search_spaces.trajectories import recorded
 
 POLICIES = [

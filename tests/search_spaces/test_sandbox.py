@@ -13,7 +13,8 @@ import time
 import pytest
 
 from search_spaces import Episode, Policy, ProgramFailure, SandboxLimits, Status, run_program
-from search_spaces.sandbox import SandboxSession, _collect, run_child
+from search_spaces.sandbox import SandboxSession, run_child
+from search_spaces.sandbox.process import _collect
 from tests.search_spaces.test_survival import request as survival_request
 from tests.search_spaces.test_survival import session as survival_session
 from tests.search_spaces.trajectories import build

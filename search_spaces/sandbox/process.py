@@ -1,9 +1,9 @@
 """The sandbox process: run a job in an isolated child interpreter under hard limits.
 
 The second wall around policy programs (the first is ``checker.py``). A job runs in
-``python -I -S -B sandbox_child.py`` (standard library only, empty environment, a fresh temporary
+``python -I -S -B child.py`` (standard library only, empty environment, a fresh temporary
 working directory, its own session so the whole group can be killed), which confines itself with
-rlimits before compiling the program (see ``sandbox_child.py``). This module enforces the
+rlimits before compiling the program (see ``child.py``). This module enforces the
 wall-clock limit and the output cap from outside and turns every way a child can end into a
 :class:`ChildOutput` with a :class:`Status` and a one-line reason. It never imports or runs a
 program in the calling process, and it knows nothing about decisions (``program.py`` does).
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CHILD = Path(__file__).resolve().with_name("sandbox_child.py")
+CHILD = Path(__file__).resolve().with_name("child.py")
 _STDERR_CAP = 64_000
 
 
@@ -126,7 +126,7 @@ def one_line(text: str, limit: int = 300) -> str:
 
 def run_child(job: dict[str, Any], limits: SandboxLimits, answer: Callable[[dict[str, Any]], Any] | None = None,
               ) -> ChildOutput:
-    """Run ``job`` (see ``sandbox_child.py``) and classify how it ended; never raises for the
+    """Run ``job`` (see ``child.py``) and classify how it ended; never raises for the
     child's behaviour (only ``TypeError`` for a job that is not JSON, a caller mistake).
 
     ``answer`` serves a ``space`` job's questions (``{"ask": spec}`` lines) with a value; if it

@@ -1,6 +1,6 @@
 """The sandbox child: runs one policy program on a batch of episodes, inside resource limits.
 
-Started by ``sandbox.py`` as ``python -I -S -B sandbox_child.py`` (isolated: no site-packages, no
+Started by ``process.py`` as ``python -I -S -B child.py`` (isolated: no site-packages, no
 environment, no current directory on the path) with an empty environment, its JSON job as the
 first line of stdin.
 Standard library only; it loads ``rules.py`` and ``program_api.py`` by file path. Before the
@@ -41,8 +41,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"akv_sandbox_{name}", HERE / f"{name}.py")
+def _load(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"akv_sandbox_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -392,8 +392,9 @@ def _serve(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) -> Non
 
 def main() -> None:
     job = json.loads(sys.stdin.buffer.readline())
-    rules, api = _load("rules"), _load("program_api")
-    survival = _load("survival_api") if job.get("mode") in ("survival", "serve") else None
+    rules, api = _load("rules", HERE / "rules.py"), _load("program_api", HERE.parent / "program_api.py")
+    survival = (_load("survival_api", HERE.parent / "survival_api.py") if job.get("mode") in ("survival", "serve")
+                else None)
     stage = Stage()
     try:
         result = _run(job, api, rules, stage, survival)

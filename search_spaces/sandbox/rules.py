@@ -1,7 +1,7 @@
 """The allow-lists of the policy-program language, in one place.
 
 Read by the static checker (``checker.py``) in the search process and, by file path, by the
-sandbox child (``sandbox_child.py``), which builds the restricted builtins and module proxies from
+sandbox child (``child.py``), which builds the restricted builtins and module proxies from
 the same lists. Standard library only: the child runs in an isolated interpreter (``python -I -S``).
 This module decides nothing by itself; it only names what is allowed.
 """

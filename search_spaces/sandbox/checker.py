@@ -1,6 +1,6 @@
 """Static check of a policy program: parse it and refuse anything outside the allow-lists.
 
-This is the first of two walls (the second is the sandbox process, ``sandbox.py``): it refuses
+This is the first of two walls (the second is the sandbox process, ``process.py``): it refuses
 imports beyond ``math``/``re``/``statistics``, names and attributes starting with ``_`` (so no
 ``__class__``/``__globals__``/``__subclasses__`` walks), builtins outside the list (no ``open``,
 ``eval``, ``exec``, ``compile``, ``getattr``), any binding of a builtin's name outside the list
@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from search_spaces import program_api, rules, survival_api
+from search_spaces import program_api, survival_api
 from search_spaces.errors import PolicyError
+from search_spaces.sandbox import rules
 
 # Cache programs and survival programs share one language; their API classes' names are readable.
 ALLOWED_ATTRIBUTES = rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
