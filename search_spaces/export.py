@@ -37,7 +37,7 @@ from search_spaces.program import ProgramPolicy
 from search_spaces.registry import FAMILIES
 from search_spaces.request import PolicyKind
 from search_spaces.sandbox import rules
-from search_spaces.sandbox.checker import ALLOWED_ATTRIBUTES, check_program
+from search_spaces.sandbox.checker import allowed_attributes, check_program
 from search_spaces.seeds import seed_source
 
 _MARKER = "# ---- exported from here ----"
@@ -148,7 +148,7 @@ def program_for(policy: Policy) -> tuple[str, dict[str, Any], str]:
 
 
 def api_code(module: Any = program_api) -> str:
-    """The code of ``module`` (``program_api.py``; ``survival_api.py`` for survival programs) without
+    """The code of ``module`` (``program_api.py``; ``survival/api.py`` for survival programs) without
     its docstring and ``__future__`` import."""
     source = Path(module.__file__).read_text(encoding="utf-8")
     tree = ast.parse(source)
@@ -212,7 +212,7 @@ def export_policy(policy: Policy, path: str | Path, format: str = "module") -> P
     contained = _CONTAINED.format(
         sha=check.sha256, params=params, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
         modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
-        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(ALLOWED_ATTRIBUTES)))
+        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(allowed_attributes())))
     if format == "akv-harness":
         text = (_harness_header(label) + api_code() + "\n" + contained + f"LABEL = {label!r}\n\n" + harness_code()
                 + "\n")
@@ -247,13 +247,13 @@ if __name__ == "__main__":
 
 def export_survival_program(source: str, params: dict[str, Any], path: str | Path, label: str) -> Path:
     """Write survival program ``source`` with ``params`` as one standalone module at ``path``: the
-    survival API's views (``survival_api.py``), the program contained as for cache programs (re-checked
+    survival API's views (``survival/api.py``), the program contained as for cache programs (re-checked
     on import, restricted builtins) and ``decide(request_wire) -> {session: decision}``.
 
     Raises:
         PolicyError: the program is refused by the checker, or a parameter is not in its ``DEFAULTS``.
     """
-    from search_spaces import survival_api
+    from search_spaces.survival import api as survival_api
 
     check = check_program(source)
     if not check.ok:
@@ -266,7 +266,7 @@ def export_survival_program(source: str, params: dict[str, Any], path: str | Pat
     contained = _CONTAINED.format(
         sha=check.sha256, params=full, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
         modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
-        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(ALLOWED_ATTRIBUTES)))
+        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(allowed_attributes())))
     header = (f'"""AKV tool-gap survival policy: {label}, exported by search_spaces.export (standard library '
               "only).\n\n"
               "    decide(request) -> {session id: {\"action\", \"ttl_s\", \"score\"}}\n"

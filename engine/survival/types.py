@@ -262,6 +262,6 @@ class SurvivalRequest:
     cost: CostModel
 
     def wire(self) -> dict[str, Any]:
-        """The JSON form a policy program receives (``search_spaces/survival_api.py``)."""
+        """The JSON form a policy program receives (``search_spaces/survival/api.py``)."""
         return {"now": self.now, "pending": [s.wire() for s in self.pending], "system": self.system.wire(),
                 "log": self.log.wire(), "cost": self.cost.wire()}

@@ -21,12 +21,21 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from search_spaces import program_api, survival_api
 from search_spaces.errors import PolicyError
 from search_spaces.sandbox import rules
 
-# Cache programs and survival programs share one language; their API classes' names are readable.
-ALLOWED_ATTRIBUTES = rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
+
+@functools.cache
+def allowed_attributes() -> frozenset[str]:
+    """Attribute names a program may read: cache programs and survival programs share one language,
+    and their API classes' names are readable. (Imported here, not at the top: each track's package
+    imports the sandbox.)"""
+    from search_spaces import program_api
+    from search_spaces.survival import api as survival_api
+
+    return rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
+
+
 # Names of builtins a program may not use, nor bind anywhere: the name check is scope-blind (a name
 # bound anywhere counts as defined everywhere), so one ``open = None`` would let ``open(...)`` pass
 # in every other function. The names ``site`` and newer Pythons add are listed too.
@@ -201,7 +210,7 @@ def _check_node(node: ast.AST, bound: set[str]) -> None:
             raise _Problem(node, f"attribute {node.attr!r} is not allowed (names starting with '_' are private)")
         if not isinstance(node.ctx, ast.Load):
             raise _Problem(node, f"assigning or deleting attribute {node.attr!r} is not allowed")
-        if node.attr not in ALLOWED_ATTRIBUTES:
+        if node.attr not in allowed_attributes():
             raise _Problem(node, f"attribute {node.attr!r} is not allowed (use the methods of plain data "
                                  "types, the allowed modules and the policy API)")
     elif isinstance(node, ast.FunctionDef):

@@ -19,7 +19,7 @@ It answers one JSON object on stdout: ``{"status": "ok", ...}`` or ``{"status": 
 "memory" | "output_limit", "reason": ...}``. In ``space`` mode it first asks for each parameter
 in turn (a line ``{"ask": spec}`` on stdout, answered by ``{"value": v}`` on stdin), so the host
 draws exactly the parameters that ``space(trial)`` reaches, in order, from a real Optuna trial.
-Survival programs (``survival_api.py``) run in ``survival`` mode (a batch of requests, one answer)
+Survival programs (``survival/api.py``) run in ``survival`` mode (a batch of requests, one answer)
 or in ``serve`` mode: after ``{"status": "ok", "ready": true}`` it answers each request line
 ``{"request": ...}`` with one line of decisions until ``{"stop": true}`` or end of input, so a
 simulation can ask thousands of times without starting thousands of processes.
@@ -393,7 +393,7 @@ def _serve(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) -> Non
 def main() -> None:
     job = json.loads(sys.stdin.buffer.readline())
     rules, api = _load("rules", HERE / "rules.py"), _load("program_api", HERE.parent / "program_api.py")
-    survival = (_load("survival_api", HERE.parent / "survival_api.py") if job.get("mode") in ("survival", "serve")
+    survival = (_load("survival_api", HERE.parent / "survival" / "api.py") if job.get("mode") in ("survival", "serve")
                 else None)
     stage = Stage()
     try:

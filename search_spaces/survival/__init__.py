@@ -10,7 +10,7 @@ Public surface::
     res = run_survival_program(source, params, requests)           # batch, in the sandbox
     src = survival_seed_source("ttl")                              # the family as a program
 
-Each family names its source (docs/survival.md); the program API is ``search_spaces.survival_api``
+Each family names its source (docs/survival.md); the program API is ``search_spaces.survival.api``
 (docs/survival-api.md). The engine applies decisions (``engine.survival``).
 """
 
@@ -30,7 +30,7 @@ from search_spaces.survival.seeds import SURVIVAL_SEEDS, survival_seed_source
 
 def survival_api_doc() -> str:
     """The survival-program API, as text fit to paste into a proposer's prompt (docs/survival-api.md)."""
-    from search_spaces import survival_api
+    from search_spaces.survival import api as survival_api
 
     return str(survival_api.__doc__).strip() + "\n"
 

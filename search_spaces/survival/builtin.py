@@ -1,7 +1,7 @@
 """Built-in survival policies as :class:`engine.survival.SurvivalPolicy` objects, and decision parsing.
 
 A built-in policy runs its family's ``decide`` in this process on the same view a program gets
-in the sandbox (``search_spaces.survival_api.SurvivalView``), so a built-in and its seed program
+in the sandbox (``search_spaces.survival.api.SurvivalView``), so a built-in and its seed program
 see identical inputs; :func:`parse_decisions` validates what either returns.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
 from search_spaces.params import as_dict
+from search_spaces.survival.api import SurvivalView
 from search_spaces.survival.common import SurvivalFamily
-from search_spaces.survival_api import SurvivalView
 
 
 def parse_decisions(raw: Any, request: SurvivalRequest, who: str) -> dict[str, SurvivalDecision]:

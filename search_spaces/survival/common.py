@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.survival_api import SessionView, SurvivalView
+from search_spaces.survival.api import SessionView, SurvivalView
 
 Decide = Callable[[SurvivalView, Any], dict[str, dict[str, Any]]]
 

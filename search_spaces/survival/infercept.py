@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from search_spaces.params import check_choice, check_range
+from search_spaces.survival.api import SessionView, SurvivalView
 from search_spaces.survival.common import SurvivalFamily, resident_bytes
-from search_spaces.survival_api import SessionView, SurvivalView
 
 NAME = "min_waste"
 

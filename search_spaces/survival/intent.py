@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from search_spaces.params import check_range
+from search_spaces.survival.api import SurvivalView
 from search_spaces.survival.common import SurvivalFamily, resident_bytes
-from search_spaces.survival_api import SurvivalView
 
 NAME = "intent"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from search_spaces.survival.api import SurvivalView
 from search_spaces.survival.common import SurvivalFamily
-from search_spaces.survival_api import SurvivalView
 
 NAME = "lru"
 

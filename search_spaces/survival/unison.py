@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from search_spaces.params import check_range
+from search_spaces.survival.api import SessionView, SurvivalView
 from search_spaces.survival.common import SurvivalFamily, resident_bytes, reuse_probability
-from search_spaces.survival_api import SessionView, SurvivalView
 
 NAME = "next_ref"
 

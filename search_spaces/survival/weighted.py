@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from search_spaces.params import as_dict, check_range
+from search_spaces.survival.api import SurvivalView
 from search_spaces.survival.common import SurvivalFamily, expected_remaining, resident_bytes, reuse_probability
-from search_spaces.survival_api import SurvivalView
 
 NAME = "weighted"
 AXES = ("cost", "gap", "ref", "intent")

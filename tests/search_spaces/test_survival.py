@@ -24,7 +24,7 @@ from search_spaces.survival import (
     survival_seed_source,
     unison,
 )
-from search_spaces.survival_api import SurvivalView
+from search_spaces.survival.api import SurvivalView
 
 M = 100  # bytes per token
 COST = CostModel(prefill=(0.01, 0.001, 0.0), decode=(0.05, 0.01), swap_bytes_per_s=1e6, bytes_per_token=M)
@@ -292,7 +292,7 @@ def test_survival_api_doc_matches_the_code():
     from pathlib import Path
 
     from search_spaces.survival import survival_api_doc
-    from search_spaces.survival_api import SessionView
+    from search_spaces.survival.api import SessionView
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "survival-api.md"
     assert doc.read_text() == survival_api_doc()
