@@ -124,7 +124,7 @@ def speed_setup(model: str, suite: str, n_tasks: int) -> tuple[list[Task], Proxy
     as after a search's first trial."""
     from evals.fidelity import DryEngine, ProbeOutcome
     from evals.tasks import select_tasks
-    from search_spaces.embed import default_embedder, intent_relevance
+    from search_spaces.cache.embed import default_embedder, intent_relevance
 
     tasks = select_tasks(load_suite(suite, "train"), n_tasks)
     table = EvidenceTable({(t.id, i): ProbeOutcome(True, False) for t in tasks for i in range(len(t.probes))})
@@ -136,7 +136,7 @@ def speed_setup(model: str, suite: str, n_tasks: int) -> tuple[list[Task], Proxy
 
 
 def seed_programs() -> list[PolicySpec]:
-    from search_spaces.seeds import seed_source
+    from search_spaces.cache.seeds import seed_source
 
     return [PolicySpec("program", {}, source=seed_source(n), label=f"seed:{n}")
             for n in ("rolling_drop", "scored_drop", "thinking_drop")]

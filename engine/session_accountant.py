@@ -2,7 +2,7 @@
 
 An evaluator replays a trajectory request by request: request ``k`` holds the first messages of
 the session under the policy's cache schedule at that point, and a validated cache schedule only
-grows (``search_spaces.decision.check_extends``). Then each request's history extends the
+grows (``search_spaces.cache.decision.check_extends``). Then each request's history extends the
 previous request's history up to that request's generation prompt, and :class:`Accountant` spends
 almost all its time re-walking the shared prefix (rendering, replaying, matching it in the tree).
 :class:`SessionAccountant` keeps that prefix's state between requests instead and only walks the

@@ -53,7 +53,7 @@ from evals.replay import (
     probe_state,
 )
 from evals.tasks.schema import Task, mentions, message_text
-from search_spaces.decision import Decision
+from search_spaces.cache.decision import Decision
 
 FULL = "full"
 UNBOUNDED = 1 << 60

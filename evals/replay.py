@@ -42,7 +42,7 @@ from evals.probes import ProbeFormat, answer_matches, probe_prompt
 from evals.rates import Rates, load_rates
 from evals.tasks.schema import Task
 from search_spaces import Episode, Policy, PolicyKind, get_policy, request_points
-from search_spaces.decision import Decision
+from search_spaces.cache.decision import Decision
 
 DIAGNOSTIC = "drop_evidence"
 SCORINGS = ("loglik", "loglik-norm", "generate")

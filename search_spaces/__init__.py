@@ -15,8 +15,14 @@ Public surface (outside checks rely on these names)::
 See docs/architecture.md for the map and docs/policy-api.md for the program API.
 """
 
-from search_spaces import program_api
-from search_spaces.decision import Decision
+from search_spaces.cache import program_api
+from search_spaces.cache.decision import Decision
+from search_spaces.cache.policy import Policy, TextProposal, default_token_counts
+from search_spaces.cache.program import ProgramPolicy, SandboxResult, run_program, suggest_params
+from search_spaces.cache.program_api import estimate_tokens
+from search_spaces.cache.registry import FAMILIES, Family, get_family, get_policy, policy_names
+from search_spaces.cache.request import Episode, PolicyKind, Request, request_points
+from search_spaces.cache.seeds import SEEDS, seed_source
 from search_spaces.errors import (
     DecisionError,
     ParameterError,
@@ -25,14 +31,8 @@ from search_spaces.errors import (
     UnknownPolicyError,
 )
 from search_spaces.export import export_policy
-from search_spaces.policy import Policy, TextProposal, default_token_counts
-from search_spaces.program import ProgramPolicy, SandboxResult, run_program, suggest_params
-from search_spaces.program_api import estimate_tokens
-from search_spaces.registry import FAMILIES, Family, get_family, get_policy, policy_names
-from search_spaces.request import Episode, PolicyKind, Request, request_points
 from search_spaces.sandbox import SandboxLimits, Status
 from search_spaces.sandbox.checker import CheckResult, check_program
-from search_spaces.seeds import SEEDS, seed_source
 
 
 def api_doc() -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from search_spaces.program_api import Plan, RequestView, estimate_tokens
+from search_spaces.cache.program_api import Plan, RequestView, estimate_tokens
 
 LABEL = ""
 PROGRAM_SHA256 = ""

@@ -30,15 +30,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from search_spaces import _harness_runtime, program_api
+from search_spaces import _harness_runtime
+from search_spaces.cache import program_api
+from search_spaces.cache.policy import Policy
+from search_spaces.cache.program import ProgramPolicy
+from search_spaces.cache.registry import FAMILIES
+from search_spaces.cache.request import PolicyKind
+from search_spaces.cache.seeds import seed_source
 from search_spaces.errors import PolicyError
-from search_spaces.policy import Policy
-from search_spaces.program import ProgramPolicy
-from search_spaces.registry import FAMILIES
-from search_spaces.request import PolicyKind
 from search_spaces.sandbox import rules
 from search_spaces.sandbox.checker import allowed_attributes, check_program
-from search_spaces.seeds import seed_source
 
 _MARKER = "# ---- exported from here ----"
 

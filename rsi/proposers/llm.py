@@ -37,7 +37,7 @@ from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from search_spaces import Episode, api_doc, check_program, run_program
-from search_spaces.fragments import FRAGMENTS, missing
+from search_spaces.cache.fragments import FRAGMENTS, missing
 
 INSTRUCTIONS = """You improve KV-cache policies for long-running LLM agents. A policy drops the KV of
 old messages (cheaper: dropped tokens are not re-read) but an agent that later needs a dropped fact

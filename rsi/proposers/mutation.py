@@ -10,7 +10,7 @@ Operators (one per proposal, chosen at random):
 - ``reorder``: swap two adjacent statements (rule order);
 - ``crossover``: replace a function with the same-named function of a second parent, or take
   some of its ``DEFAULTS``;
-- ``fragment``: splice in a rule from the fragment library (``search_spaces.fragments``: keep
+- ``fragment``: splice in a rule from the fragment library (``search_spaces.cache.fragments``: keep
   mentioned tool responses, drop superseded records, protect the task, reposition after N dropped
   tokens) -- a structural edit that creates behaviour the parent does not have.
 
@@ -37,7 +37,7 @@ from rsi.archive import Archive
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from search_spaces import Episode, check_program, run_program
-from search_spaces.fragments import FRAGMENTS, compose, missing
+from search_spaces.cache.fragments import FRAGMENTS, compose, missing
 
 OPERATORS = ("constant", "compare", "boolop", "arith", "drop_rule", "reorder", "crossover", "fragment")
 _FLIP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}

@@ -30,7 +30,7 @@ def allowed_attributes() -> frozenset[str]:
     """Attribute names a program may read: cache programs and survival programs share one language,
     and their API classes' names are readable. (Imported here, not at the top: each track's package
     imports the sandbox.)"""
-    from search_spaces import program_api
+    from search_spaces.cache import program_api
     from search_spaces.survival import api as survival_api
 
     return rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)

@@ -392,7 +392,7 @@ def _serve(job: dict[str, Any], decide: Any, survival: Any, stage: Stage) -> Non
 
 def main() -> None:
     job = json.loads(sys.stdin.buffer.readline())
-    rules, api = _load("rules", HERE / "rules.py"), _load("program_api", HERE.parent / "program_api.py")
+    rules, api = _load("rules", HERE / "rules.py"), _load("program_api", HERE.parent / "cache" / "program_api.py")
     survival = (_load("survival_api", HERE.parent / "survival" / "api.py") if job.get("mode") in ("survival", "serve")
                 else None)
     stage = Stage()

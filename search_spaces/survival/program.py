@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
+from search_spaces.cache.program import _job_params
 from search_spaces.errors import ParameterError, ProgramFailure
-from search_spaces.program import _job_params
 from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, one_line, run_child
 from search_spaces.sandbox.checker import CheckResult, check_program
 from search_spaces.survival.builtin import parse_decisions

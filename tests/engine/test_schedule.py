@@ -166,7 +166,7 @@ def test_check_extends_agrees_with_the_trigger_by_trigger_rule():
     import random
 
     from engine.schedule import parse_schedule
-    from search_spaces.decision import check_extends
+    from search_spaces.cache.decision import check_extends
     from search_spaces.errors import DecisionError
 
     rng = random.Random(0)

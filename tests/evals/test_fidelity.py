@@ -10,7 +10,7 @@ import pytest
 
 from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity, spearman
 from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, request_cuts
-from search_spaces.seeds import seed_source
+from search_spaces.cache.seeds import seed_source
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from search_spaces import api_doc, check_program
-from search_spaces.program_api import Message, Plan, RequestView
+from search_spaces.cache.program_api import Message, Plan, RequestView
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "policy-api.md"
 

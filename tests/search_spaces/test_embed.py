@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from search_spaces import default_token_counts, get_policy
-from search_spaces.embed import MiniLMEmbedder, cosine, intent_relevance
+from search_spaces.cache.embed import MiniLMEmbedder, cosine, intent_relevance
 from tests.search_spaces.trajectories import build
 
 

@@ -154,8 +154,8 @@ def test_export_refuses_a_program_that_binds_a_builtins_name(tmp_path):
 
 def _export_unchecked(monkeypatch, source: str, path: Path, fmt: str = "module") -> Path:
     """Export ``source`` as if the static check had a gap (the module's own walls must hold)."""
+    import search_spaces.cache.program as program_module
     import search_spaces.export as export_module
-    import search_spaces.program as program_module
 
     def lenient(text: str) -> CheckResult:
         return CheckResult(True, "ok", hashlib.sha256(text.encode()).hexdigest())

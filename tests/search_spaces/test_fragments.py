@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from search_spaces import Episode, check_program, run_program, seed_source
-from search_spaces.fragments import FRAGMENTS, FragmentError, compose, present
-from search_spaces.program import suggest_params
-from search_spaces.program_api import entities
+from search_spaces.cache.fragments import FRAGMENTS, FragmentError, compose, present
+from search_spaces.cache.program import suggest_params
+from search_spaces.cache.program_api import entities
 
 # A base that drops every message three or more positions behind the trigger (users and system too).
 BASE = '''DEFAULTS = {"lag": 3}

@@ -16,7 +16,7 @@ from search_spaces import (
     policy_names,
     request_points,
 )
-from search_spaces.decision import cache_decision
+from search_spaces.cache.decision import cache_decision
 from tests.search_spaces.trajectories import build
 
 NAMES = ("full", "rolling_drop", "thinking_drop", "scored_drop", "standard", "text_engineering", "trim")

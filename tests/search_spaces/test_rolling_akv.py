@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from search_spaces import ParameterError, export_policy, get_policy, request_points
-from search_spaces.families.rolling_akv import REFERENCE_NAMES
+from search_spaces.cache.families.rolling_akv import REFERENCE_NAMES
 from tests.search_spaces import akv_reference as ref
 
 N_TRAJECTORIES = 600

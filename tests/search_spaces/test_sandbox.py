@@ -323,12 +323,12 @@ def test_rebinding_the_childs_globals_does_not_lift_the_guard(tmp_path, how):
 
 
 # ---------------------------------------------------------------- one process serving many calls
-# A search asks one program for thousands of trials; its sandbox process is kept (search_spaces.program
+# A search asks one program for thousands of trials; its sandbox process is kept (search_spaces.cache.program
 # .SESSIONS) and each call runs the module code afresh. These check that a kept process behaves as a
 # fresh one would: no state between calls, limits per call, the guard through every call.
 @pytest.fixture
 def pool(monkeypatch):
-    import search_spaces.program as program
+    import search_spaces.cache.program as program
     from search_spaces.sandbox import SessionPool
 
     fresh = SessionPool(size=2, max_calls=8)
@@ -412,7 +412,7 @@ def test_a_kept_process_stays_guarded_after_its_globals_were_rebound(tmp_path, h
 
 
 def test_an_unchanged_decision_is_the_one_full_validation_gives():
-    from search_spaces.decision import cache_decision
+    from search_spaces.cache.decision import cache_decision
 
     source = prog("    plan = request.plan()\n    if request.n > 3:\n        plan.drop(3, [1])\n    return plan")
     r = run_program(source, {}, [EPISODE], LIMITS)

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from search_spaces import FAMILIES, SandboxLimits, Status, estimate_tokens, get_policy, seed_source, suggest_params
-from search_spaces.program import ProgramPolicy
+from search_spaces.cache.program import ProgramPolicy
 from search_spaces.sandbox import run_child
 from tests.search_spaces.trajectories import recorded
 

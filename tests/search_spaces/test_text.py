@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from search_spaces import estimate_tokens, get_policy
-from search_spaces.summarize import CallableSummarizer, ExtractiveSummarizer, engine_summarizer, summary_prompt
+from search_spaces.cache.summarize import CallableSummarizer, ExtractiveSummarizer, engine_summarizer, summary_prompt
 from tests.search_spaces.trajectories import build, recorded
 
 MSGS = build(["call"] * 6, [True], words=10)  # 0 S, 1 U, A2 T3 A4 T5 A6 T7 A8 T9 A10 T11 A12 T13

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from search_spaces import program_api
+from search_spaces.cache import program_api
 
 
 class Embedder(Protocol):

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from search_spaces.decision import Decision, cache_decision
-from search_spaces.embed import Embedder
+from search_spaces.cache.decision import Decision, cache_decision
+from search_spaces.cache.embed import Embedder
+from search_spaces.cache.policy import Policy
+from search_spaces.cache.request import Episode, PolicyKind, Request
 from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
-from search_spaces.policy import Policy
-from search_spaces.request import Episode, PolicyKind, Request
 from search_spaces.sandbox import ChildOutput, RunOutcome, SandboxLimits, SandboxSession, SessionPool, Status, one_line
 from search_spaces.sandbox.checker import CheckResult, check_program
 

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.families import full, rolling, scored, text, thinking
+from search_spaces.cache.families import full, rolling, scored, text, thinking
+from search_spaces.cache.policy import Policy
+from search_spaces.cache.request import PolicyKind
 from search_spaces.lookup import Registry
-from search_spaces.policy import Policy
-from search_spaces.request import PolicyKind
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Family:
         kind: ``cache`` or ``text``.
         factory: ``(**params_and_options) -> Policy``.
         space: ``(optuna trial) -> params`` (the family's declared parameter space).
-        seed: name of the equivalent seed program under ``search_spaces/seeds`` (cache families).
+        seed: name of the equivalent seed program under ``search_spaces/cache/seeds`` (cache families).
         summary: one line for listings.
     """
 

@@ -27,11 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from search_spaces.cache.policy import Policy, TextProposal, TokenCounter
+from search_spaces.cache.program_api import Message, estimate_tokens
+from search_spaces.cache.request import PolicyKind, Request
+from search_spaces.cache.summarize import ExtractiveSummarizer, Summarizer, summary_prompt
 from search_spaces.params import as_dict, check_range, resolve
-from search_spaces.policy import Policy, TextProposal, TokenCounter
-from search_spaces.program_api import Message, estimate_tokens
-from search_spaces.request import PolicyKind, Request
-from search_spaces.summarize import ExtractiveSummarizer, Summarizer, summary_prompt
 
 STANDARD_RATIO = 0.75
 TEXT_ENGINEERING_RATIO = 0.375

@@ -38,12 +38,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from search_spaces.cache.families.rolling_akv import from_reference, uses_reference_names
+from search_spaces.cache.policy import Policy
+from search_spaces.cache.program_api import Message, Plan, RequestView
+from search_spaces.cache.request import Request
 from search_spaces.errors import ParameterError
-from search_spaces.families.rolling_akv import from_reference, uses_reference_names
 from search_spaces.params import as_dict, check_choice, check_range, resolve
-from search_spaces.policy import Policy
-from search_spaces.program_api import Message, Plan, RequestView
-from search_spaces.request import Request
 
 NAME = "rolling_drop"
 # target -> the roles that roll in a window of their own newest K

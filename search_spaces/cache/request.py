@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.errors import MessageError, show
 from engine.template import normalize_message
-from search_spaces import program_api
+from search_spaces.cache import program_api
 
 
 class PolicyKind(enum.StrEnum):

@@ -19,8 +19,8 @@ from typing import Any
 from engine.errors import AKVError, show
 from engine.schedule import SCHEDULE_KEYS, DropKind, Schedule, parse_schedule
 from engine.template import normalize_message
+from search_spaces.cache.request import PolicyKind, Request
 from search_spaces.errors import DecisionError
-from search_spaces.request import PolicyKind, Request
 
 _WIRE_KEYS = (*SCHEDULE_KEYS, "cache")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from search_spaces.cache.policy import Policy
+from search_spaces.cache.program_api import Plan, RequestView
+from search_spaces.cache.request import Request
 from search_spaces.params import as_dict, check_range, resolve
-from search_spaces.policy import Policy
-from search_spaces.program_api import Plan, RequestView
-from search_spaces.request import Request
 
 NAME = "thinking_drop"
 

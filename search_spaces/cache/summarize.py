@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from search_spaces.program_api import entities
+from search_spaces.cache.program_api import entities
 
 
 class Summarizer(Protocol):

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from search_spaces.cache.policy import Policy
+from search_spaces.cache.request import Request
 from search_spaces.params import resolve
-from search_spaces.policy import Policy
-from search_spaces.request import Request
 
 NAME = "full"
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.layout import Renderer
-from search_spaces.decision import Decision, cache_decision, text_decision
-from search_spaces.embed import Embedder, default_embedder, intent_relevance
-from search_spaces.request import Episode, PolicyKind, Request
+from search_spaces.cache.decision import Decision, cache_decision, text_decision
+from search_spaces.cache.embed import Embedder, default_embedder, intent_relevance
+from search_spaces.cache.request import Episode, PolicyKind, Request
 
 TokenCounter = Callable[[Sequence[Mapping[str, Any]]], list[int]]
 
@@ -132,6 +132,6 @@ class Policy(abc.ABC):
     @staticmethod
     def from_program(source: str, params: Mapping[str, Any] | None = None, **options: Any) -> Policy:
         """A policy running program ``source`` (in the sandbox) with ``params``; see ``program.py``."""
-        from search_spaces.program import ProgramPolicy
+        from search_spaces.cache.program import ProgramPolicy
 
         return ProgramPolicy(source, params or {}, **options)
