@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import RESULTS, write_result
-from evals.workload.calibration import Calibration, load_calibration, stored_path
-from evals.workload.generate import generate_trace
-from evals.workload.metrics import METRIC_KEYS, TOKEN_KEYS
-from evals.workload.replay import ReplayConfig, replay
-from evals.workload.sim import SimConfig, simulate
+from evals.survival.calibration import Calibration, load_calibration, stored_path
+from evals.survival.generate import generate_trace
+from evals.survival.metrics import METRIC_KEYS, TOKEN_KEYS
+from evals.survival.replay import ReplayConfig, replay
+from evals.survival.sim import SimConfig, simulate
 from search_spaces.survival import SURVIVAL_FAMILIES
 
 TIME_KEYS = ("jct_mean_s", "jct_p95_s", "resume_ttft_p50_s")
@@ -134,7 +134,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
 
 def _calibration(args: argparse.Namespace, engine: Any) -> Calibration:
     if args.calibrate:
-        from evals.workload.calibrate import calibrate
+        from evals.survival.calibrate import calibrate
 
         cal = calibrate(engine, max_batch=args.max_batch, progress=lambda m: print(f"calibrate: {m}", flush=True))
         if cal.machine.get("warnings"):

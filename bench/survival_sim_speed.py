@@ -4,8 +4,8 @@
         [--families lru,ttl,...] [--out bench/results/survival-sim-speed.json]
 
 Simulates ``--sessions`` sessions of each trace kind (arrivals at 3/s, a 150,000-token pool,
-a 300,000-token host tier, batches of 64: the cluster setting of ``evals.workload.report``) under
-each family, with the *assumed* GPU speeds of :func:`evals.workload.calibration.assumed_gpu`
+a 300,000-token host tier, batches of 64: the cluster setting of ``evals.survival.report``) under
+each family, with the *assumed* GPU speeds of :func:`evals.survival.calibration.assumed_gpu`
 (the wall time of the simulator hardly depends on them), and records the wall seconds of each
 run, its turns and requests per second, with the machine's load average. A benchmark, not a test.
 """
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import RESULTS, write_result
-from evals.workload.calibration import assumed_gpu
-from evals.workload.generate import generate_trace
-from evals.workload.sim import SimConfig, simulate
+from evals.survival.calibration import assumed_gpu
+from evals.survival.generate import generate_trace
+from evals.survival.sim import SimConfig, simulate
 from search_spaces.survival import SURVIVAL_FAMILIES
 
 RATE_PER_S, POOL, HOST, BATCH = 3.0, 150_000, 300_000, 64

@@ -16,7 +16,7 @@ The evaluators (imported from their modules, since they load the engine):
 - ``evals.fidelity``: ``ProxyReplay``, the zero-forward fidelity (exact cost, predicted pass), and
   the Spearman check against the model; ``evals.paired``: paired bootstrap intervals over tasks.
 - ``evals.live``: live-agent episodes against an OpenAI-compatible endpoint.
-- ``evals.workload``: the tool-gap survival track (traces, real-engine replay, the simulator and
+- ``evals.survival``: the tool-gap survival track (traces, real-engine replay, the simulator and
   its calibration, conformance).
 """
 

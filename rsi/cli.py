@@ -197,7 +197,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from evals.workload.cli import add_parser as add_workload
+    from evals.survival.cli import add_parser as add_workload
 
     parser = argparse.ArgumentParser(prog="akv", description="AKV-RSI: KV-cache policy search and serving")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -1,7 +1,7 @@
 """Evolve survival programs on the simulator: ``akv survival-search --evolve CONFIG --run-dir DIR``.
 
 The cache search's loop (``rsi.search``) applied to tool-gap survival programs
-(docs/survival-api.md), scored by the token-exact simulator (``evals.workload.simulate``):
+(docs/survival-api.md), scored by the token-exact simulator (``evals.survival.simulate``):
 
 - **Traces.** The config names train and held-out traces (kind x seed, generated and saved in
   ``RUN_DIR/traces/``); held-out traces must be other (kind, seed) pairs than train's, and a
@@ -28,7 +28,7 @@ The cache search's loop (``rsi.search``) applied to tool-gap survival programs
   the same decisions), ``proposals/g<N>.json``, ``programs/<sha>.py``, ``report.html`` with the
   front plot (``rsi.survival_report``) and MLflow runs (``rsi.survival_tracking``).
 - ``--confirm-replay N``: the top ``N`` candidates on held-out are replayed on the real engine
-  (``evals.workload.replay``) on the held-out traces; ``confirm.json`` sets replay beside simulation.
+  (``evals.survival.replay``) on the held-out traces; ``confirm.json`` sets replay beside simulation.
 
 Everything is seeded: the same config in a new directory gives the same archive.
 """
@@ -50,9 +50,9 @@ from typing import Any
 import optuna
 
 from engine.errors import AKVError, show
-from evals.workload import SimConfig, Trace, generate_trace, load_calibration, save_trace, simulate
-from evals.workload.calibration import Calibration, assumed_gpu, default_calibration
-from evals.workload.generate import KINDS
+from evals.survival import SimConfig, Trace, generate_trace, load_calibration, save_trace, simulate
+from evals.survival.calibration import Calibration, assumed_gpu, default_calibration
+from evals.survival.generate import KINDS
 from rsi.archive import Status, candidate_id
 from rsi.config import ProposerConfig
 from rsi.pareto import dominates
@@ -90,7 +90,7 @@ class EvolveConfigError(AKVError):
 
 @dataclass(frozen=True)
 class TraceSet:
-    """Traces of ``kinds`` x ``seeds`` with ``sessions`` sessions each (``evals.workload.generate_trace``)."""
+    """Traces of ``kinds`` x ``seeds`` with ``sessions`` sessions each (``evals.survival.generate_trace``)."""
 
     kinds: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -735,7 +735,7 @@ def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall
     Raises:
         RunDirError: ``run_dir`` holds no finished survival run.
     """
-    from evals.workload import ReplayConfig, load_trace, replay
+    from evals.survival import ReplayConfig, load_trace, replay
 
     run = Path(run_dir)
     archive = SurvivalArchive.load(run / "archive.json")

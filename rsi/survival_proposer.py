@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.survival import SurvivalRequest
-from evals.workload import SimConfig, Trace, simulate
+from evals.survival import SimConfig, Trace, simulate
 from rsi.archive import Archive
 from rsi.config import ProposerConfig
 from rsi.proposers.bandit import UCB1, bandit_from_archive

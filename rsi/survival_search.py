@@ -1,7 +1,7 @@
 """Search survival policies on the workload simulator: ``akv survival-search TRACE``.
 
 For each survival family (``search_spaces.survival``), one Optuna study samples its parameters
-from the family's own ``space(trial)`` and scores them with :func:`evals.workload.simulate` on a
+from the family's own ``space(trial)`` and scores them with :func:`evals.survival.simulate` on a
 trace: the objective is p95 resume time to first token (lower is better) under the pool budget
 the simulator enforces, with recompute tokens as the tie-breaker reported next to it. The
 defaults of every family are trial 0 of its study, so a tuned family never
@@ -26,7 +26,7 @@ from typing import Any
 
 import optuna
 
-from evals.workload import SimConfig, load_trace, simulate
+from evals.survival import SimConfig, load_trace, simulate
 from rsi.rundir import write_text
 from search_spaces.survival.registry import SURVIVAL_FAMILIES, get_survival_family
 

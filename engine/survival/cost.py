@@ -1,6 +1,6 @@
 """The cost model: how long prefill, decode and swaps take (what policies price and the simulator runs on).
 
-Calibrated from the real engine by ``evals.workload.calibrate``; the defaults are MEASURED.md's
+Calibrated from the real engine by ``evals.survival.calibrate``; the defaults are MEASURED.md's
 figures for gemma-3-270m on two CPU cores, labelled as assumed.
 """
 

@@ -3,7 +3,7 @@
 IntentKV keeps a session-level memory of the task's intent and scores history by attention
 against it; its exact formula was not found (SURVIVAL.md). **Stand-in, labelled as such:** a
 session's relevance is the similarity of its recent context to its task statement, computed by
-the harness (``evals.workload`` uses a bag-of-words cosine; ``search_spaces.cache.embed`` offers
+the harness (``evals.survival`` uses a bag-of-words cosine; ``search_spaces.cache.embed`` offers
 MiniLM embeddings), and taken at session level::
 
     score = relevance - w_size * min(1, tokens / size_max)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from engine.survival import CostModel
-from evals.workload import (
+from evals.survival import (
     METRIC_KEYS,
     TOKEN_KEYS,
     Calibration,
@@ -23,9 +23,9 @@ from evals.workload import (
     replay,
     simulate,
 )
-from evals.workload.chat import SessionTokens
-from evals.workload.real import Conversation
-from evals.workload.text import vocabulary
+from evals.survival.chat import SessionTokens
+from evals.survival.real import Conversation
+from evals.survival.text import vocabulary
 from search_spaces.survival import SURVIVAL_FAMILIES
 
 PARAMS = {  # parameters under which each family acts, not only keeps

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.survival import CostModel
-from evals.workload import (
+from evals.survival import (
     METRIC_KEYS,
     TOKEN_KEYS,
     Calibration,
@@ -32,10 +32,10 @@ from evals.workload import (
     save_trace,
     simulate,
 )
-from evals.workload.calibrate import nonneg_fit
-from evals.workload.calibration import load_calibration
-from evals.workload.cli import main
-from evals.workload.text import vocabulary
+from evals.survival.calibrate import nonneg_fit
+from evals.survival.calibration import load_calibration
+from evals.survival.cli import main
+from evals.survival.text import vocabulary
 from search_spaces.errors import UnknownPolicyError
 from search_spaces.survival import survival_seed_source
 
@@ -208,7 +208,7 @@ def test_wall_clock_replay_agrees_with_the_simulator_where_the_order_is_fixed(ti
 
 
 def test_calibration_measures_the_engine(tiny, monkeypatch):
-    measure = importlib.import_module("evals.workload.calibrate")  # the package exports a function of that name
+    measure = importlib.import_module("evals.survival.calibrate")  # the package exports a function of that name
     monkeypatch.setattr(measure, "_load", lambda: 99.0)  # a machine busy with others' work
     cal = calibrate(tiny, quick=True, repeats=1, max_batch=2)
     assert any("load average 99.0" in w for w in cal.machine["warnings"])
@@ -285,7 +285,7 @@ def test_cli_generate_simulate_replay(tmp_path, capsys, tiny, monkeypatch):
     assert main(["workload", "calibrate", "--model", "tiny-random", "--out", str(measured), "--quick",
                  "--repeats", "1", "--max-batch", "2", "--force"]) == 0
     assert load_calibration(measured).model == "tiny-random" and "wrote" in capsys.readouterr().out
-    measure = importlib.import_module("evals.workload.calibrate")
+    measure = importlib.import_module("evals.survival.calibrate")
     busy = Calibration.assumed("tiny-random", CAL.cost)
     busy = Calibration(busy.model, busy.cost, busy.timing, busy.chat, {"warnings": ["load average 9 on 2 CPUs"]})
     monkeypatch.setattr(measure, "calibrate", lambda *a, **k: busy)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from engine.errors import AKVError
-from evals.workload import load_trace, simulate
+from evals.survival import load_trace, simulate
 from rsi.archive import Status
 from rsi.cli import main
 from rsi.proposers.base import ParentView, Proposal, Proposer

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evals.workload import SimConfig, generate_trace, save_trace, simulate
+from evals.survival import SimConfig, generate_trace, save_trace, simulate
 from rsi.cli import main
 from rsi.survival_search import OBJECTIVE, run
 from search_spaces.errors import UnknownPolicyError

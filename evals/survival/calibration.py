@@ -12,9 +12,9 @@ date: ``machine``). It holds
   threads gone cold while every session waited on a tool);
 - the :class:`engine.survival.CostModel` that survival policies price recompute and swaps with
   (derived from the timing when measured);
-- :class:`evals.workload.chat.ChatTokens`, so that the simulator builds the engine's exact histories.
+- :class:`evals.survival.chat.ChatTokens`, so that the simulator builds the engine's exact histories.
 
-``akv workload calibrate`` measures one (``evals.workload.calibrate``); files live in
+``akv workload calibrate`` measures one (``evals.survival.calibrate``); files live in
 ``bench/results/survival-calibration-<model>.json``. This module holds the data and its checks only.
 """
 
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.survival import CostModel, SurvivalError
-from evals.workload.chat import ChatTokens
-from evals.workload.trace import WorkloadError
+from evals.survival.chat import ChatTokens
+from evals.survival.trace import WorkloadError
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 FORMAT = "akv-calibration/2"

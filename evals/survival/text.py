@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from evals.workload.trace import WorkloadError
+from evals.survival.trace import WorkloadError
 
 VOCAB = 2048
 TOPIC_WORDS = 24

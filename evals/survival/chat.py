@@ -3,7 +3,7 @@
 A session's request at turn k carries its whole history (stateless interface): the shared system
 prompt, the task, and for each earlier turn the assistant's message (the trace's text, not what the
 model generated) and the tool's output. :func:`turn_messages` says which messages turn k appends,
-with their words (indices into ``evals.workload.text``'s abstract vocabulary); the real replay
+with their words (indices into ``evals.survival.text``'s abstract vocabulary); the real replay
 renders them to text, and :class:`ChatTokens` turns them into the token ids the engine's renderer
 would produce, without a tokenizer: per role the template's header and footer ids, the generation
 prompt's ids, the beginning-of-sequence id and the token id of every vocabulary word, all measured
@@ -25,9 +25,9 @@ from itertools import repeat
 from typing import Any
 
 from engine.history import Item
-from evals.workload.generate import TOOL_KINDS
-from evals.workload.text import VOCAB, render, word_ids
-from evals.workload.trace import SessionSpec, TraceHeader, WorkloadError
+from evals.survival.generate import TOOL_KINDS
+from evals.survival.text import VOCAB, render, word_ids
+from evals.survival.trace import SessionSpec, TraceHeader, WorkloadError
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -129,7 +129,7 @@ class ChatTokens:
     @classmethod
     def from_renderer(cls, renderer: Any, vocab: Sequence[str], tools: Iterable[str] = ()) -> ChatTokens:
         """Measure the ids from an engine's renderer (``engine.layout.Renderer``) and the workload
-        vocabulary ``vocab`` (``evals.workload.text.vocabulary``).
+        vocabulary ``vocab`` (``evals.survival.text.vocabulary``).
 
         Raises:
             WorkloadError: the tokenizer does not split the workload's words one token each.

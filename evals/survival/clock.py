@@ -13,7 +13,7 @@ charged (measured: about a millisecond a decision in the sandbox).
 from __future__ import annotations
 
 from engine.radix import TreeStats
-from evals.workload.calibration import IDLE_S, Timing
+from evals.survival.calibration import IDLE_S, Timing
 
 
 class ModelClock:

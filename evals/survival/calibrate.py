@@ -1,4 +1,4 @@
-"""Measure a calibration (``evals.workload.calibration``) on the local engine: ``akv workload calibrate``.
+"""Measure a calibration (``evals.survival.calibration``) on the local engine: ``akv workload calibrate``.
 
 :func:`calibrate` times, on an idle engine and one request at a time (so no queueing is absorbed),
 exactly the calls the replay's run loop makes:
@@ -40,10 +40,10 @@ import numpy as np
 import torch
 
 from engine.engine import Engine, Generation
-from evals.workload.calibration import Calibration, Timing
-from evals.workload.chat import ChatTokens
-from evals.workload.text import render, vocabulary, word_ids
-from evals.workload.trace import WorkloadError
+from evals.survival.calibration import Calibration, Timing
+from evals.survival.chat import ChatTokens
+from evals.survival.text import render, vocabulary, word_ids
+from evals.survival.trace import WorkloadError
 
 BUSY_LOAD = 0.5
 """A load average above this many per CPU before the measurement marks the machine as busy."""

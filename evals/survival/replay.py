@@ -2,8 +2,8 @@
 
 ``replay(trace, policy_spec, config) -> metrics dict`` loads the model (or uses the engine it is
 given), gives it a fresh radix tree with the trace's KV budgets, installs the survival layer with
-the policy, and runs the shared loop (``evals.workload.loop``) with the real executor
-(``evals.workload.real``). It returns the same keys as :func:`evals.workload.sim.simulate`.
+the policy, and runs the shared loop (``evals.survival.loop``) with the real executor
+(``evals.survival.real``). It returns the same keys as :func:`evals.survival.sim.simulate`.
 The engine's tree and stop tokens are restored afterwards, so a shared engine can be used.
 
 ``clock="wall"`` (the default) runs in real time, sleeping through tool gaps; ``clock="model"``
@@ -20,12 +20,12 @@ from typing import Any
 from engine.engine import Engine
 from engine.errors import AKVError
 from engine.survival import CostModel, SurvivalManager, TreeBackend
-from evals.workload.calibration import Calibration, default_calibration
-from evals.workload.clock import ModelClock
-from evals.workload.loop import LoopConfig, run_loop
-from evals.workload.real import RealExecutor
-from evals.workload.sim import as_policy, as_trace, failed, resolve_budgets, run_details
-from evals.workload.trace import Trace, WorkloadError
+from evals.survival.calibration import Calibration, default_calibration
+from evals.survival.clock import ModelClock
+from evals.survival.loop import LoopConfig, run_loop
+from evals.survival.real import RealExecutor
+from evals.survival.sim import as_policy, as_trace, failed, resolve_budgets, run_details
+from evals.survival.trace import Trace, WorkloadError
 from search_spaces.errors import ProgramFailure
 from search_spaces.sandbox import SandboxLimits
 

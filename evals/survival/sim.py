@@ -5,11 +5,11 @@ survival policy (a name, ``{"name", "params"}`` or a program ``{"source", "param
 of the engine's memory is modelled: each turn is the engine's own request path on a radix tree
 whose KV payloads are sizes only (``engine.accounting.Accountant``: ``engine.plan`` matching,
 planning, storing, eviction and the host tier of ``engine.radix``), with the histories the
-engine's renderer would build (``evals.workload.chat.ChatTokens``, from the calibration), the real
+engine's renderer would build (``evals.survival.chat.ChatTokens``, from the calibration), the real
 survival manager and policies over the real :class:`engine.survival.TreeBackend`, and the real
-scheduling loop (``evals.workload.loop``). Generated tokens are ids no history contains.
+scheduling loop (``evals.survival.loop``). Generated tokens are ids no history contains.
 
-Time is a :class:`evals.workload.clock.ModelClock` over the calibration's timing: a request's
+Time is a :class:`evals.survival.clock.ModelClock` over the calibration's timing: a request's
 start, each decode step, each finish and every swapped byte advance it; tool gaps come from the
 trace. The real replay on the same clock (``ReplayConfig(clock="model")``) therefore takes the
 same decisions in the same order and must report the same token metrics (a test). On the wall
@@ -31,12 +31,12 @@ from engine.accounting import Accountant, DryRequest
 from engine.errors import AKVError
 from engine.history import Item
 from engine.survival import SurvivalManager, SurvivalPolicy, TreeBackend
-from evals.workload.calibration import Calibration, default_calibration
-from evals.workload.chat import SessionTokens, new_tokens
-from evals.workload.clock import ModelClock
-from evals.workload.loop import LoopConfig, Started, run_loop
-from evals.workload.metrics import METRIC_KEYS
-from evals.workload.trace import SessionSpec, Trace, WorkloadError, load_trace
+from evals.survival.calibration import Calibration, default_calibration
+from evals.survival.chat import SessionTokens, new_tokens
+from evals.survival.clock import ModelClock
+from evals.survival.loop import LoopConfig, Started, run_loop
+from evals.survival.metrics import METRIC_KEYS
+from evals.survival.trace import SessionSpec, Trace, WorkloadError, load_trace
 from search_spaces.errors import ProgramFailure
 from search_spaces.sandbox import SandboxLimits
 from search_spaces.survival import make_survival_policy, spec_name
@@ -157,9 +157,9 @@ def as_policy(spec: Any, limits: SandboxLimits | None) -> tuple[SurvivalPolicy, 
 def simulate(trace: Trace | str | Path, policy_spec: Any, config: SimConfig | None = None) -> dict[str, Any]:
     """Simulate ``trace`` under survival policy ``policy_spec``; returns the metrics dict.
 
-    The dict has the six keys of ``evals.workload.metrics.METRIC_KEYS`` plus details
+    The dict has the six keys of ``evals.survival.metrics.METRIC_KEYS`` plus details
     (``ok``, ``policy``, token counts, swap bytes, pool occupancy, head-of-line waiting,
-    decisions by action) -- the same keys as :func:`evals.workload.replay.replay`.
+    decisions by action) -- the same keys as :func:`evals.survival.replay.replay`.
 
     Raises:
         WorkloadError: a malformed trace or budget; UnknownPolicyError / ParameterError: a bad spec.

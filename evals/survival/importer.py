@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import show
-from evals.workload.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError, json_lines
+from evals.survival.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError, json_lines
 
 RECORDED_FIELDS = {"session", "program", "start_s", "end_s", "prompt_tokens", "completion_tokens", "tool",
                    "tool_start_s", "tool_end_s", "expected_gap_s", "side_effect", "text"}

@@ -1,7 +1,7 @@
 """The real-engine executor: turns of a trace as chat requests on an :class:`engine.Engine`.
 
-A session's request at turn k carries the whole history (``evals.workload.chat``). The text is
-synthesized (``evals.workload.text``) with exactly the trace's token counts, unless the trace has
+A session's request at turn k carries the whole history (``evals.survival.chat``). The text is
+synthesized (``evals.survival.text``) with exactly the trace's token counts, unless the trace has
 literal text. Each turn generates exactly ``output_tokens`` tokens greedily: the replay ignores
 end-of-sequence tokens, like vLLM's ``ignore_eos`` benchmark mode, so that every policy does the
 same work. The next request resends the trace's assistant text, not the generated one, so a
@@ -10,7 +10,7 @@ policy) -- unless the model happens to generate the words the trace then resends
 counted (``overlap_tokens``), since the simulator cannot know them, as are turns a template stop
 string ended early (``short_turns``).
 
-Time is the wall clock, or a :class:`evals.workload.clock.ModelClock` (lockstep with the simulator).
+Time is the wall clock, or a :class:`evals.survival.clock.ModelClock` (lockstep with the simulator).
 Recompute tokens of a turn are its prefill minus the tokens that are new to the session (the
 part of its history after the longest common prefix with its previous request).
 """
@@ -25,11 +25,11 @@ from typing import Any
 from engine.engine import Engine, Generation
 from engine.history import Item
 from engine.survival import TreeBackend
-from evals.workload.chat import common_prefix, new_tokens, turn_messages
-from evals.workload.clock import ModelClock
-from evals.workload.loop import Started
-from evals.workload.text import vocabulary
-from evals.workload.trace import SessionSpec, Trace
+from evals.survival.chat import common_prefix, new_tokens, turn_messages
+from evals.survival.clock import ModelClock
+from evals.survival.loop import Started
+from evals.survival.text import vocabulary
+from evals.survival.trace import SessionSpec, Trace
 
 
 class Conversation:

@@ -2,8 +2,8 @@
 
 Public surface (the search loop and outside checks rely on these names)::
 
-    from evals.workload import generate_trace, save_trace, load_trace, import_recorded_file
-    from evals.workload import replay, ReplayConfig, simulate, SimConfig, calibrate, load_calibration
+    from evals.survival import generate_trace, save_trace, load_trace, import_recorded_file
+    from evals.survival import replay, ReplayConfig, simulate, SimConfig, calibrate, load_calibration
     trace = generate_trace("tool-heavy", sessions=8, seed=0)        # or "memory-tight"
     r = replay(trace, "ttl", ReplayConfig(model="tiny-random"))    # real engine, wall clock
     cal = calibrate(engine)                                        # this machine's speeds and template ids
@@ -11,20 +11,20 @@ Public surface (the search loop and outside checks rely on these names)::
     m["jct_mean_s"], m["jct_p95_s"], m["resume_ttft_p50_s"], m["resume_ttft_p95_s"],
     m["recompute_tokens"], m["peak_pool_bytes"]
 
-CLI: ``python -m evals.workload.cli`` (``add_parser`` registers ``akv workload``); the report:
-``python -m evals.workload.report``. Trace schema: ``evals.workload.trace``; recorded runs:
-``evals.workload.importer``; docs/survival.md explains policies, simulator and calibration.
+CLI: ``python -m evals.survival.cli`` (``add_parser`` registers ``akv workload``); the report:
+``python -m evals.survival.report``. Trace schema: ``evals.survival.trace``; recorded runs:
+``evals.survival.importer``; docs/survival.md explains policies, simulator and calibration.
 """
 
-from evals.workload.calibrate import calibrate
-from evals.workload.calibration import Calibration, Timing, default_calibration, load_calibration
-from evals.workload.chat import ChatTokens
-from evals.workload.generate import KINDS, TOOL_KINDS, ToolKind, WorkloadSpec, generate_trace, get_kind
-from evals.workload.importer import import_recorded, import_recorded_file
-from evals.workload.metrics import METRIC_KEYS, TOKEN_KEYS
-from evals.workload.replay import ReplayConfig, replay
-from evals.workload.sim import SimConfig, simulate
-from evals.workload.trace import (
+from evals.survival.calibrate import calibrate
+from evals.survival.calibration import Calibration, Timing, default_calibration, load_calibration
+from evals.survival.chat import ChatTokens
+from evals.survival.generate import KINDS, TOOL_KINDS, ToolKind, WorkloadSpec, generate_trace, get_kind
+from evals.survival.importer import import_recorded, import_recorded_file
+from evals.survival.metrics import METRIC_KEYS, TOKEN_KEYS
+from evals.survival.replay import ReplayConfig, replay
+from evals.survival.sim import SimConfig, simulate
+from evals.survival.trace import (
     FORMAT,
     SessionSpec,
     Trace,

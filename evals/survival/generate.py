@@ -30,8 +30,8 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from evals.workload.text import cosine, word_ids
-from evals.workload.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError
+from evals.survival.text import cosine, word_ids
+from evals.survival.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError
 
 
 @dataclass(frozen=True)

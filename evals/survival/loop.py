@@ -7,7 +7,7 @@ served. A finished turn pauses its session on its tool (:meth:`SurvivalManager.p
 the survival policy), and the tool's return, ``gap_s`` later, makes the next turn ready (after
 :meth:`SurvivalManager.resume`). When nothing can run, the loop waits for the next tool return
 or TTL expiry. An :class:`Executor` supplies the clock and the work: the real engine
-(``evals.workload.real``) or the model of it (``evals.workload.sim``).
+(``evals.survival.real``) or the model of it (``evals.survival.sim``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.survival import SurvivalManager, ToolGap
-from evals.workload.metrics import Recorder
-from evals.workload.trace import SessionSpec, Trace, WorkloadError
+from evals.survival.metrics import Recorder
+from evals.survival.trace import SessionSpec, Trace, WorkloadError
 
 
 @dataclass(frozen=True)

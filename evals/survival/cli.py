@@ -11,7 +11,7 @@ weighted); ``--params '{"ttl_s": 2}'`` sets its parameters; ``--program FILE`` r
 program instead. ``simulate`` uses the stored calibration of ``--model`` (default gemma-3-270m) or
 ``--calibration FILE``, and refuses a calibration made for another model unless ``--force``.
 ``add_parser(subparsers)`` registers the ``workload`` command on an existing
-``argparse`` parser (``rsi/cli.py``); ``main(argv)`` serves ``python -m evals.workload.cli``.
+``argparse`` parser (``rsi/cli.py``); ``main(argv)`` serves ``python -m evals.survival.cli``.
 Errors are one line on stderr and exit status 2.
 """
 
@@ -57,8 +57,8 @@ def _write(result: dict[str, Any], out: str) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from evals.workload.generate import generate_trace
-    from evals.workload.trace import save_trace
+    from evals.survival.generate import generate_trace
+    from evals.survival.trace import save_trace
 
     trace = generate_trace(args.kind, args.sessions, args.seed, args.time_scale, args.arrival_rate, args.token_scale)
     path = save_trace(trace, args.out)
@@ -68,8 +68,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from evals.workload.importer import import_recorded_file
-    from evals.workload.trace import save_trace
+    from evals.survival.importer import import_recorded_file
+    from evals.survival.trace import save_trace
 
     trace = import_recorded_file(args.recorded)
     path = save_trace(trace, args.out)
@@ -78,8 +78,8 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from evals.workload.calibration import load_calibration
-    from evals.workload.replay import ReplayConfig, replay
+    from evals.survival.calibration import load_calibration
+    from evals.survival.replay import ReplayConfig, replay
 
     cal = load_calibration(args.calibration) if args.calibration else None
     if cal is not None:
@@ -90,8 +90,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from evals.workload.calibration import default_calibration, load_calibration
-    from evals.workload.sim import SimConfig, simulate
+    from evals.survival.calibration import default_calibration, load_calibration
+    from evals.survival.sim import SimConfig, simulate
 
     if args.calibration:
         cal = load_calibration(args.calibration)
@@ -107,9 +107,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     import time
 
     from engine.engine import Engine
-    from evals.workload.calibrate import calibrate
-    from evals.workload.calibration import stored_path
-    from evals.workload.trace import WorkloadError
+    from evals.survival.calibrate import calibrate
+    from evals.survival.calibration import stored_path
+    from evals.survival.trace import WorkloadError
 
     t0 = time.perf_counter()
     engine = Engine.from_pretrained(args.model, threads=args.threads)

@@ -20,7 +20,7 @@ METRIC_KEYS = ("jct_mean_s", "jct_p95_s", "resume_ttft_p50_s", "resume_ttft_p95_
 TOKEN_KEYS = ("prefill_tokens", "new_tokens", "recompute_tokens", "evicted_tokens", "host_discarded_tokens",
               "discarded_tokens", "swap_out_bytes", "swap_in_bytes", "peak_pool_bytes", "turns")
 """What the memory logic decides, in tokens and bytes: equal in the simulator and the real replay
-whenever both see events in the same order (``evals.workload.sim``)."""
+whenever both see events in the same order (``evals.survival.sim``)."""
 
 
 def percentile(values: list[float], q: float) -> float | None:
