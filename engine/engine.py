@@ -30,7 +30,7 @@ from engine.kvstore import TensorKV
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
-from engine.plan import Plan, TokenUsage, commit, plan_request, release
+from engine.plan import RequestPlan, TokenUsage, commit, plan_request, release
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
 from engine.radix import Node, RadixTree
 from engine.schedule import Schedule, parse_schedule
@@ -454,7 +454,7 @@ class Engine:
         self.stats.add(plan.usage, Timings(time.perf_counter() - t0, 0.0))
         return ScoreResult(list(p.candidates), scores, [len(c) for c in conts], plan.usage)
 
-    def _score_passes(self, plan: Plan, items: list[Item], history: History,
+    def _score_passes(self, plan: RequestPlan, items: list[Item], history: History,
                       conts: Sequence[list[int]]) -> tuple[Node, list[float]]:
         """Forward passes of :meth:`score`; returns the committed end node and the scores.
 
@@ -658,7 +658,8 @@ class Engine:
         keys, values = cache.appended(start, end)
         return TensorKV(keys, values, str(self.model.device))
 
-    def _commit(self, plan: Plan, items: list[Item], pre: PrefillResult, last_hidden: torch.Tensor | None) -> Node:
+    def _commit(self, plan: RequestPlan, items: list[Item], pre: PrefillResult,
+                last_hidden: torch.Tensor | None) -> Node:
         compute_idx = pre.compute_idx
         home = str(self.model.device)
 

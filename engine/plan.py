@@ -55,7 +55,7 @@ class TokenUsage:
 
 
 @dataclass(frozen=True)
-class Plan:
+class RequestPlan:
     """What one request will do to the cache.
 
     Attributes:
@@ -82,7 +82,7 @@ class Plan:
         return np.flatnonzero(self.compute)
 
 
-def plan_request(tree: RadixTree, items: Sequence[Item], history: History) -> Plan:
+def plan_request(tree: RadixTree, items: Sequence[Item], history: History) -> RequestPlan:
     """Match ``items`` in ``tree``, lock the match, and decide what to compute."""
     match = tree.match(items)
     if match.last is not None:
@@ -108,7 +108,7 @@ def plan_request(tree: RadixTree, items: Sequence[Item], history: History) -> Pl
     cached = int((alive & ~compute).sum())
     repos = sum(c for i, c in history.repos_rotated.items() if i >= match.n_items)
     usage = TokenUsage(n, prefill, cached, n - prefill - cached, repos)
-    return Plan(history, match, matched_tokens, avail, compute, usage, end_hidden)
+    return RequestPlan(history, match, matched_tokens, avail, compute, usage, end_hidden)
 
 
 def needed_closure(history: History, avail: np.ndarray, force_last: bool = True) -> np.ndarray:
@@ -148,7 +148,7 @@ PayloadFactory = Callable[[int, int], Payload]
 
 def commit(
     tree: RadixTree,
-    plan: Plan,
+    plan: RequestPlan,
     items: Sequence[Item],
     make_payload: PayloadFactory | None,
     bytes_per_token: int,

@@ -48,7 +48,7 @@ from safetensors.torch import save as save_bytes
 from engine.errors import SnapshotError, show
 from engine.history import REPOSITION, Drop, Item, Reposition, Salt, mask_runs, replay, salted
 from engine.kvstore import TensorKV
-from engine.plan import Plan, TokenUsage, commit, release
+from engine.plan import RequestPlan, TokenUsage, commit, release
 from engine.radix import KVState
 
 if TYPE_CHECKING:
@@ -313,7 +313,7 @@ def warm(engine: Engine, data: bytes, *, label: str, field: str = "path", salt: 
     for node in match.path:
         if node.n_tokens and node.state is not KVState.ABSENT:
             avail[node.token_start:node.token_end] = True
-    plan = Plan(history, match, int(history.item_token[match.n_items]), avail, has,
+    plan = RequestPlan(history, match, int(history.item_token[match.n_items]), avail, has,
                 TokenUsage(n, 0, 0, 0, 0))
 
     def payload(s: int, e: int) -> TensorKV:
