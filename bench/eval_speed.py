@@ -14,7 +14,7 @@ from typing import Any
 
 from bench import write_result
 from engine.engine import Engine
-from evals.replay import EvalConfig, PolicySpec, Replay
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
 from evals.tasks import load_suite
 
 POLICIES = [

@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from bench import RESULTS, write_result
-from evals.fidelity import EvidenceTable, ProxyReplay, check_fidelity
-from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
+from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
+from evals.cache.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.tasks import load_suite
 from evals.tasks.schema import Task
 
@@ -122,7 +122,7 @@ def speed_setup(model: str, suite: str, n_tasks: int) -> tuple[list[Task], Proxy
     """The first ``n_tasks`` train tasks of ``suite`` and a proxy over them with a synthetic outcome
     table (it costs the same to consult as a measured one), its render and relevance caches warm,
     as after a search's first trial."""
-    from evals.fidelity import DryEngine, ProbeOutcome
+    from evals.cache.fidelity import DryEngine, ProbeOutcome
     from evals.tasks import select_tasks
     from search_spaces.cache.embed import default_embedder, intent_relevance
 

@@ -4,7 +4,7 @@ Every policy a search evaluated with the model on all its train tasks (experts, 
 experts' tuning ran, every promoted parameter set) is predicted again by the zero-forward proxy
 from the run's own stored ``full`` and ``drop_evidence`` controls: no model call, only the
 tokenizer. Per run and over all runs: the Spearman rank correlation and the mean absolute error
-between predicted and model train pass rates, for the proxy's rule (``evals.fidelity``: one attended
+between predicted and model train pass rates, for the proxy's rule (``evals.cache.fidelity``: one attended
 copy of the answer is enough, a baseline's summary that mentions it included; every hop is needed)
 and for the rules before it (summaries ignored; every evidence message needed), so a change of rule
 is judged on the policies real searches sent to the model.
@@ -22,8 +22,8 @@ from typing import Any
 
 from bench import write_result
 from engine.errors import AKVError
-from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
-from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, result_from_row
+from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, result_from_row
+from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.export import load_archive

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import write_result
-from evals.replay import EvalConfig, PolicySpec
+from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.tasks import select_tasks
 from rsi.executors.base import EvalRequest
 from rsi.store import EvalStore, eval_key

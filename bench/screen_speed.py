@@ -21,8 +21,8 @@ from typing import Any
 
 from bench import RESULTS, write_result
 from bench.fidelity import seed_programs, speed_setup
-from evals.fidelity import ProxyReplay
-from evals.replay import PolicySpec, TaskResult
+from evals.cache.evaluator import PolicySpec, TaskResult
+from evals.cache.fidelity import ProxyReplay
 from evals.tasks.schema import Task
 from rsi.tuning import Screen, make_storage, tune
 

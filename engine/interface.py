@@ -2,7 +2,7 @@
 
 Two implementations satisfy it: :class:`engine.Engine` (in this process, CPU or CUDA) and
 :class:`engine.remote.RemoteEngine` (any server that speaks the wire format: ``akv serve``, or an
-AKV-patched SGLang). ``evals.replay.Replay`` and the executors only use these members, and one
+AKV-patched SGLang). ``evals.cache.evaluator.Replay`` and the executors only use these members, and one
 conformance suite (``tests/engine/test_conformance.py``) runs against both.
 
 Not for: serving internals (trees, schedulers); those belong to the in-process engine only.

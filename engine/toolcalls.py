@@ -2,7 +2,7 @@
 
 The chat templates render an assistant's tool calls this way (``engine.template``), so a model
 that imitates its history writes them the same way; the server turns them back into OpenAI
-``tool_calls`` when the request declares ``tools``, and ``evals.live`` runs the calls an agent makes.
+``tool_calls`` when the request declares ``tools``, and ``evals.cache.live`` runs the calls an agent makes.
 """
 
 from __future__ import annotations

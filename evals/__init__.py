@@ -1,29 +1,26 @@
-"""Evaluation: task suites, cost model, metrics, and the evaluators that score a policy.
+"""Evaluation: task suites, cost model, metrics, and the evaluators of both tracks.
 
 Public surface (light: importing it loads no model)::
 
     from evals import build_suite, load_suite, drop_evidence_schedule
     from evals import load_rates, request_cost, task_cost, pass_rate, exact_match
+    from evals import Replay, EvalConfig, PolicySpec        # loaded on first use (they bring the engine)
 
-- ``evals.tasks``: generated agent trajectories with probes, stored as versioned HF datasets.
-- ``evals.diagnostics``: calibration schedules (drop exactly a probe's evidence, or all but it).
-- ``evals.rates`` / ``evals.cost``: rate tables and per-request / per-task cost from token usage.
-- ``evals.metrics``: answer matching, pass rates with Wilson intervals, per-family aggregation.
+Shared by both tracks: ``evals.tasks`` (generated agent trajectories with probes, stored as
+versioned HF datasets), ``evals.rates`` (rate tables), ``evals.paired`` (paired bootstrap
+intervals over tasks), ``evals.errors``.
 
-The evaluators (imported from their modules, since they load the engine):
-
-- ``evals.replay``: ``Replay`` scores a ``PolicySpec`` on tasks with the model (exact cost, probes).
-- ``evals.fidelity``: ``ProxyReplay``, the zero-forward fidelity (exact cost, predicted pass), and
-  the Spearman check against the model; ``evals.paired``: paired bootstrap intervals over tasks.
-- ``evals.live``: live-agent episodes against an OpenAI-compatible endpoint.
+- ``evals.cache``: the cache-drop track: ``evaluator.Replay`` scores a ``PolicySpec`` on tasks with
+  the model; ``fidelity.ProxyReplay``, the zero-forward fidelity; ``cost``, ``scoring``,
+  ``probes``, ``probe_calibration``, ``diagnostics``; ``live`` (live-agent episodes); ``cli``
+  (``akv eval``).
 - ``evals.survival``: the tool-gap survival track (traces, real-engine replay, the simulator and
-  its calibration, conformance).
+  its timing calibration, the survival report; ``akv workload``).
 """
 
-from evals.cost import CostBreakdown, Counts, counts, request_cost, sum_costs, task_cost
-from evals.diagnostics import drop_evidence_schedule, drop_messages_schedule, keep_evidence_schedule
-from evals.errors import CostError, TaskError
-from evals.metrics import (
+from evals.cache.cost import CostBreakdown, Counts, counts, request_cost, sum_costs, task_cost
+from evals.cache.diagnostics import drop_evidence_schedule, drop_messages_schedule, keep_evidence_schedule
+from evals.cache.scoring import (
     Interval,
     PassRate,
     contains_match,
@@ -33,21 +30,41 @@ from evals.metrics import (
     per_family,
     wilson_interval,
 )
+from evals.errors import CostError, TaskError
 from evals.rates import Rates, available_rates, load_rates
 from evals.tasks import FAMILIES, Probe, SuiteSpec, Task, build_suite, load_suite
+
+_LAZY = {"Replay": "evals.cache.evaluator", "EvalConfig": "evals.cache.evaluator",
+         "PolicySpec": "evals.cache.evaluator", "TaskResult": "evals.cache.evaluator",
+         "ProxyReplay": "evals.cache.fidelity"}
+
+
+def __getattr__(name: str) -> object:
+    """The evaluators, imported on first use (PEP 562): ``import evals`` stays free of the engine."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'evals' has no attribute {name!r}")
+
 
 __all__ = [
     "FAMILIES",
     "CostBreakdown",
     "CostError",
     "Counts",
+    "EvalConfig",
     "Interval",
     "PassRate",
+    "PolicySpec",
     "Probe",
+    "ProxyReplay",
     "Rates",
+    "Replay",
     "SuiteSpec",
     "Task",
     "TaskError",
+    "TaskResult",
     "available_rates",
     "build_suite",
     "contains_match",

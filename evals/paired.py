@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.errors import AKVError
-from evals.replay import TaskResult
+from evals.cache.evaluator import TaskResult
 
 PASS_MARGIN = -0.05
 """A comparison is significant when the cost interval excludes 0 and the pass interval's lower

@@ -2,7 +2,7 @@
 
 The packaged table is ``evals/data/rates.yaml`` (the reference study's models plus ``custom``);
 any YAML file of the same shape can be passed instead. Each entry records its source, the date it
-refers to and whether it was confirmed. This module only loads prices; :mod:`evals.cost` applies them.
+refers to and whether it was confirmed. This module only loads prices; :mod:`evals.cache.cost` applies them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Rates:
     Attributes:
         name: the price point's name.
         input: newly prefilled input tokens.
-        cached_input: input tokens read from cache (and repositioned tokens, see :mod:`evals.cost`).
+        cached_input: input tokens read from cache (and repositioned tokens, see :mod:`evals.cache.cost`).
         output: generated tokens.
         model, source, as_of, confirmed, note: where the numbers come from.
     """

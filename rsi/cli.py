@@ -81,7 +81,7 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from evals.cli import run_eval
+    from evals.cache.cli import run_eval
 
     picked = None
     if args.run:
@@ -94,7 +94,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _live(args: argparse.Namespace) -> int:
-    from evals.live import main_cli
+    from evals.cache.live import main_cli
 
     return main_cli(args, _parse_params(args.params or []))
 

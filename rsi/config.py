@@ -58,7 +58,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Scoring (see ``evals.replay.EvalConfig``). ``generate``: also score greedy answers."""
+    """Scoring (see ``evals.cache.evaluator.EvalConfig``). ``generate``: also score greedy answers."""
 
     rates: str = "gpt-oss-120b"
     scoring: str = "loglik"
@@ -119,7 +119,7 @@ class OptunaConfig:
 
 @dataclass(frozen=True)
 class CascadeConfig:
-    """The evaluation cascade (``evals.fidelity``, ``rsi.tuning.Screen``).
+    """The evaluation cascade (``evals.cache.fidelity``, ``rsi.tuning.Screen``).
 
     Each program's parameters are first drawn ``trials`` times and screened at the zero-forward
     fidelity on every train task (exact cost; pass predicted from which evidence stays attended);

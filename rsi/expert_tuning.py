@@ -28,7 +28,7 @@ from typing import Any
 
 import optuna
 
-from evals.replay import PolicySpec, TaskResult
+from evals.cache.evaluator import PolicySpec, TaskResult
 from rsi.metrics import Metrics, aggregate
 from rsi.tuning import make_sampler, study_seed
 from search_spaces import get_policy

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import AKVError
-from evals.replay import PolicySpec
+from evals.cache.evaluator import PolicySpec
 from rsi.archive import Archive, Candidate
 from search_spaces import Policy, PolicyError, export_policy, get_policy
 

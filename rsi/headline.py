@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.cache.evaluator import TaskResult
 from evals.paired import MIN_TASKS, PASS_MARGIN, PairedDelta, PairingError, pair_results, paired_bootstrap
-from evals.replay import TaskResult
 from rsi.archive import Archive, Candidate
 from rsi.rundir import read_json, write_json
 
@@ -195,7 +195,7 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
         AKVError: an unknown pick, or a pair without paired results on ``split``.
     """
     from engine.errors import AKVError
-    from evals.replay import result_from_row
+    from evals.cache.evaluator import result_from_row
     from rsi.export import load_archive, pick, spec_of
     from rsi.store import EvalStore
 

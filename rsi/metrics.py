@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.replay import TaskResult
+from evals.cache.evaluator import TaskResult
 
 
 @dataclass(frozen=True)

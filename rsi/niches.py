@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.replay import TaskResult
+from evals.cache.evaluator import TaskResult
 from rsi.archive import Archive, Candidate
 from rsi.rundir import write_json
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from engine.errors import AKVError, show
 from engine.layout import Renderer
-from evals.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
-from evals.probes import ProbeFormat
-from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
+from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
+from evals.cache.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
+from evals.cache.probes import ProbeFormat
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id

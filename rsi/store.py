@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evals.replay import TaskResult, result_from_row
+from evals.cache.evaluator import TaskResult, result_from_row
 
 ENGINE_VERSION = "akv-engine-1"
 

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from evals.replay import TaskResult
+from evals.cache.evaluator import TaskResult
 from rsi.archive import Candidate
 from rsi.rundir import write_text
 

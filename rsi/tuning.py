@@ -10,7 +10,7 @@ no program ends a search, in generation 0, ``seed_from`` imports, proposals or a
 ``study.best_trials`` are what enter the archive.
 
 The evaluation cascade (``screen``, a :class:`Screen`): before any model evaluation, a proxy
-study draws many parameter sets and scores each at the zero-forward fidelity (``evals.fidelity``:
+study draws many parameter sets and scores each at the zero-forward fidelity (``evals.cache.fidelity``:
 exact cost, pass predicted from which evidence stays attended); only the sets no other one beats
 by a margin are enqueued in the model study. Proxy numbers stay in ``TrialOutcome.proxy``.
 """
@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 import optuna
 
-from evals.replay import TaskResult
+from evals.cache.evaluator import TaskResult
 from evals.tasks.schema import Task
 from rsi.metrics import Metrics, aggregate
 from rsi.pareto import dominates
@@ -68,7 +68,7 @@ class TrialOutcome:
 
 @dataclass(frozen=True)
 class Screen:
-    """The zero-forward stage of the evaluation cascade (``evals.fidelity``).
+    """The zero-forward stage of the evaluation cascade (``evals.cache.fidelity``).
 
     Attributes:
         evaluate: (params, tasks) -> proxy results (exact cost, predicted pass) on the train tasks.

@@ -29,3 +29,16 @@ def test_a_package_imports_no_package_above_it(package):
            for path in sorted((ROOT / package).rglob("*.py"))
            for line, name in _imports(path) if name.split(".")[0] in FORBIDDEN[package]]
     assert not bad, "\n".join(bad)
+
+
+def test_each_package_offers_its_names_through_its_init():
+    """``evals`` exports the evaluators lazily (PEP 562): the same objects as their modules, and an
+    unknown name is still an AttributeError (so ``hasattr`` and ``from evals import X`` behave)."""
+    import evals
+    from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
+    from evals.cache.fidelity import ProxyReplay
+
+    assert (evals.Replay, evals.EvalConfig, evals.PolicySpec, evals.ProxyReplay) == (
+        Replay, EvalConfig, PolicySpec, ProxyReplay)
+    assert set(evals.__all__) >= {"Replay", "EvalConfig", "PolicySpec", "ProxyReplay", "TaskResult"}
+    assert not hasattr(evals, "NoSuchThing")

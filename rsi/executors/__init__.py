@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rsi.executors.base import EvalRequest, Executor, ReplicaStats
 
 if TYPE_CHECKING:
-    from evals.replay import EvalConfig
+    from evals.cache.evaluator import EvalConfig
     from rsi.config import SearchConfig
     from rsi.store import EvalStore
 

@@ -10,7 +10,7 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from evals.replay import PolicySpec, TaskResult
+from evals.cache.evaluator import PolicySpec, TaskResult
 from evals.tasks.schema import Task
 from rsi.store import EvalStore
 

@@ -8,14 +8,14 @@ from typing import Protocol
 from tqdm import tqdm
 
 from engine.interface import ChatEngine
-from evals.replay import EvalConfig, PolicySpec, Replay, TaskResult
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult
 from evals.tasks.schema import Task
 from rsi.executors.base import EvalRequest, Executor, ReplicaStats
 from rsi.store import EvalStore
 
 
 class Evaluator(Protocol):
-    """Evaluates one policy on one task (``evals.replay.Replay``, ``rsi.executors.remote.RemoteReplica``)."""
+    """Evaluates one policy on one task (``evals.cache.evaluator.Replay``, ``rsi.executors.remote.RemoteReplica``)."""
 
     def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult: ...
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from evals.replay import CostBreakdown, EvalConfig, PolicySpec, TaskResult
+from evals.cache.evaluator import CostBreakdown, EvalConfig, PolicySpec, TaskResult
 from evals.tasks.schema import Task
 from rsi.executors.base import EvalRequest, Executor, ReplicaStats
 from rsi.executors.routing import Router
@@ -49,7 +49,7 @@ class EngineReplica:
         import torch
 
         from engine.engine import Engine
-        from evals.replay import Replay
+        from evals.cache.evaluator import Replay
 
         if threads:
             torch.set_num_threads(threads)

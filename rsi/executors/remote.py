@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import RemoteUnavailableError
-from evals.replay import CostBreakdown, EvalConfig, PolicySpec, Replay, TaskResult
+from evals.cache.evaluator import CostBreakdown, EvalConfig, PolicySpec, Replay, TaskResult
 from evals.tasks.schema import Task
 
 log = logging.getLogger("akv.remote_replica")

@@ -14,7 +14,7 @@ from engine import ContextLengthError, Engine, ScheduleError
 from engine.errors import AKVError, CapacityError, RemoteError, RemoteUnavailableError, ScoringUnsupportedError
 from engine.remote import RemoteEngine
 from engine.server import ServerThread, create_app
-from evals.replay import EvalConfig, PolicySpec, Replay
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
 from evals.tasks import load_suite
 from tests.engine.agent import trajectory
 from tests.engine.test_engine import fresh

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from evals.calibration import Calibration, FamilyRow, ProbeOutcome, Targets, calibrate, sample_tasks
-from evals.probes import ProbeFormat
-from evals.replay import EvalConfig
+from evals.cache.evaluator import EvalConfig
+from evals.cache.probe_calibration import Calibration, FamilyRow, ProbeOutcome, Targets, calibrate, sample_tasks
+from evals.cache.probes import ProbeFormat
 from evals.tasks import load_suite
 
 
@@ -58,7 +58,7 @@ def test_calibrate_runs_both_conditions(smoke, eng, tmp_path):
 
 
 def test_command_line(tmp_path, monkeypatch, capsys):
-    from evals import calibrate as cli
+    from evals.cache import probe_calibration_cli as cli
 
     out = tmp_path / "cal.json"
     code = cli.main(["--suite", "smoke", "--split", "train", "--per-family", "1", "--model", "tiny-random",

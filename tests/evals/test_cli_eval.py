@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from evals.cli import read_program_file
-from evals.probes import ProbeFormat, probe_prompt, verbatim_lead_in
-from evals.replay import EvalConfig, PolicySpec, Replay
+from evals.cache.cli import read_program_file
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
+from evals.cache.probes import ProbeFormat, probe_prompt, verbatim_lead_in
 from evals.tasks import Task
 from search_spaces import PolicyError, export_policy, get_policy, seed_source
 
@@ -272,7 +272,7 @@ def test_eval_a_pick_of_a_run(tmp_path, eng):
     (",,full,,", ["full"]),
 ])
 def test_compare_keeps_each_policys_parameters_together(text, expected):
-    from evals.cli import split_compare
+    from evals.cache.cli import split_compare
 
     assert split_compare(text) == expected
 
@@ -280,7 +280,7 @@ def test_compare_keeps_each_policys_parameters_together(text, expected):
 @pytest.mark.parametrize("text", ["keep_tool_responses=4,full", "full,k=4", " , ", ";;"])
 def test_compare_refuses_parameters_without_a_policy_in_one_line(text):
     from engine.errors import AKVError
-    from evals.cli import split_compare
+    from evals.cache.cli import split_compare
 
     with pytest.raises(AKVError) as err:
         split_compare(text)

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from evals.cache.probes import lead_candidates, verbatim_lead_in
 from evals.errors import TaskError
-from evals.probes import lead_candidates, verbatim_lead_in
 from evals.tasks import SUITES, SuiteSpec, generate_split, generate_task, message_text
 from evals.tasks.domains import DOMAINS
 from tests.evals.conftest import SPEC

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from evals.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity, spearman
-from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, request_cuts
+from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, request_cuts
+from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay, check_fidelity, spearman
 from search_spaces.cache.seeds import seed_source
 
 
@@ -71,7 +71,7 @@ def test_one_attended_copy_of_the_answer_is_enough_but_every_hop_is_needed():
     is multi-hop (3 leads to 4, which holds the answer)."""
     from types import SimpleNamespace
 
-    from evals.fidelity import ProbeOutcome
+    from evals.cache.fidelity import ProbeOutcome
     from evals.tasks.schema import Probe
 
     messages = [{"role": "user", "content": "track order 7"},

@@ -14,8 +14,8 @@ from collections import Counter
 
 import pytest
 
+from evals.cache.probes import verbatim_lead_in
 from evals.errors import TaskError
-from evals.probes import verbatim_lead_in
 from evals.tasks import SUITES, Task, check_generated, generate_horizon_task, generate_split, get_suite_spec
 from evals.tasks.horizon import HORIZON_FAMILIES, HORIZON_SUITES, KEEP_WINDOW, LENGTH_RATIO
 from evals.tasks.render import SURFACE_FORMATS, SURFACE_TABLE_FORMATS
@@ -207,7 +207,7 @@ def tool_drop_share(task: Task, counts: list[int], keep: int = KEEP_WINDOW) -> f
     The policy runs on the same episode the replay evaluator gives it (request points and probe
     cuts, gemma token counts); the dropped messages are those its schedule drops by the last probe.
     """
-    from evals.replay import _dropped_ids
+    from evals.cache.evaluator import _dropped_ids
     from search_spaces import request_points
 
     last = max(p.after_message for p in task.probes)

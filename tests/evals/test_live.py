@@ -15,7 +15,7 @@ from engine.errors import RemoteUnavailableError
 from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
 from engine.server import ServerThread, create_app
-from evals.live import Corpus, LiveConfig, calculate, run_episode, run_live, summary
+from evals.cache.live import Corpus, LiveConfig, calculate, run_episode, run_live, summary
 from evals.tasks.schema import Probe, Task
 from search_spaces import get_policy
 
@@ -177,7 +177,7 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
     import argparse
 
     from engine.server.tenants import Tenants
-    from evals.live import main_cli
+    from evals.cache.live import main_cli
 
     served = Engine(tiny.model, tiny.tokenizer, "gemma", name=tiny.name)
     probe = {"after_message": 9, "question": "Where does order 4821 ship from?", "answer": "Osprey"}

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from evals.metrics import Z95
+from evals.cache.scoring import Z95
 from evals.paired import MIN_TASKS, PairedDelta, PairedTasks, PairingError, paired_bootstrap
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from engine import Engine
-from evals.probes import ProbeFormat, answer_matches, probe_prompt, verbatim_lead_in
-from evals.replay import EvalConfig, PolicySpec, Replay, evaluate
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, evaluate
+from evals.cache.probes import ProbeFormat, answer_matches, probe_prompt, verbatim_lead_in
 
 
 def test_verbatim_lead_in_is_the_text_before_the_answer(tasks):

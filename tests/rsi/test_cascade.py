@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals.cost import CostBreakdown
-from evals.replay import ProbeResult, RequestCost, TaskResult
+from evals.cache.cost import CostBreakdown
+from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
 from rsi.metrics import aggregate
 from rsi.tuning import Screen, TrialOutcome, promoted, tune
 
@@ -157,7 +157,7 @@ def test_a_search_with_the_cascade_screens_many_and_evaluates_few(tmp_path, tiny
 
 
 def test_fidelity_speed_is_evaluations_per_minute_per_fidelity():
-    from evals.fidelity import FidelitySpeed
+    from evals.cache.fidelity import FidelitySpeed
 
     s = FidelitySpeed()
     assert s.per_minute("model") is None and s.ratio is None
@@ -175,7 +175,7 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
 
     import optuna
 
-    from evals.replay import PolicySpec, result_from_row
+    from evals.cache.evaluator import PolicySpec, result_from_row
     from rsi.archive import candidate_id
     from rsi.expert_tuning import space
     from rsi.metrics import aggregate
@@ -204,7 +204,7 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
         assert 0 <= pair["predicted_pass"] <= 1
     # The benchmark that re-scores finished runs reproduces the run's own predictions from its store.
     from bench.fidelity_runs import rescore
-    from evals.fidelity import DryEngine
+    from evals.cache.fidelity import DryEngine
 
     again = rescore(run, DryEngine.of(tiny_plain))
     rescored = {(round(m, 9), round(p, 9)) for m, p in zip(again["model"], again["predicted"]["current"],
@@ -219,7 +219,7 @@ def test_the_fidelity_sample_adds_unpromoted_sets_spread_over_the_predictions(tm
     rows and its prediction from the run's proxy study; none of them becomes a candidate."""
     import json
 
-    from evals.replay import PolicySpec, result_from_row
+    from evals.cache.evaluator import PolicySpec, result_from_row
     from rsi.metrics import aggregate
     from rsi.search import Search
     from rsi.store import EvalStore

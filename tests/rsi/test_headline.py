@@ -11,7 +11,7 @@ from typing import Any
 import optuna
 import pytest
 
-from evals.replay import PolicySpec
+from evals.cache.evaluator import PolicySpec
 from rsi.archive import Archive, Candidate
 from rsi.config import ConfigError
 from rsi.expert_tuning import ExpertTrial, choose, space

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from evals.cost import CostBreakdown
-from evals.replay import ProbeResult, RequestCost, TaskResult
+from evals.cache.cost import CostBreakdown
+from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
 from rsi.archive import Archive, Candidate
 from rsi.metrics import Metrics
 from rsi.niches import DROPPED_EDGES, EVIDENCE_EDGES, REPOSITION_EDGES, Behaviour, behaviour, choose_parents, niche_map

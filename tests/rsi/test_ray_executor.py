@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from evals.probes import ProbeFormat
-from evals.replay import EvalConfig, PolicySpec
+from evals.cache.evaluator import EvalConfig, PolicySpec
+from evals.cache.probes import ProbeFormat
 from evals.tasks import load_suite
 from rsi.executors.base import EvalRequest
 from rsi.executors.local import LocalExecutor

@@ -9,7 +9,7 @@ import pytest
 
 from engine import Engine
 from engine.server import ServerThread, create_app
-from evals.replay import EvalConfig, PolicySpec
+from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.tasks import load_suite
 from rsi.executors import make_executor
 from rsi.executors.base import EvalRequest

@@ -12,8 +12,8 @@ import json
 import logging
 from pathlib import Path
 
-from evals.cost import CostBreakdown
-from evals.replay import ProbeResult, RequestCost, TaskResult
+from evals.cache.cost import CostBreakdown
+from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
 from rsi.store import EvalStore
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from evals.cli import read_program_file
+from evals.cache.cli import read_program_file
 from search_spaces import Policy, PolicyError, estimate_tokens, export_policy, get_policy, request_points
 from tests.search_spaces import akv_reference as ref
 from tests.search_spaces.trajectories import build, recorded

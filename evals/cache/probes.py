@@ -201,7 +201,7 @@ def answer_matches(generated: str, answer: str) -> tuple[bool, bool]:
     The generation continues a lead-in, so the answer is its first words: exact match compares
     the first ``len(answer.split())`` words, normalised.
     """
-    from evals.metrics import contains_match, exact_match
+    from evals.cache.scoring import contains_match, exact_match
 
     words = generated.strip().split()
     head = " ".join(words[: max(1, len(answer.split()))]).strip(" .,;:)(\"'")

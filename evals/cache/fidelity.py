@@ -1,6 +1,6 @@
 """The zero-forward fidelity: a policy's pass rate predicted without running the model.
 
-The replay evaluator (:mod:`evals.replay`) answers every probe with the model; on CPU that is
+The replay evaluator (:mod:`evals.cache.evaluator`) answers every probe with the model; on CPU that is
 seconds per probe. Cost needs no model at all (the dry-run accountant is exact). This module
 predicts the other objective from one fact the schedule fixes without a forward: whether each
 probe's evidence is still attended when the probe is asked. The prediction for one probe is what
@@ -42,8 +42,7 @@ from engine.accounting import Accountant
 from engine.errors import AKVError
 from engine.interface import ChatEngine
 from engine.layout import Rendered, Renderer
-from evals.errors import TaskError
-from evals.replay import (
+from evals.cache.evaluator import (
     DIAGNOSTIC,
     EvalConfig,
     PolicySpec,
@@ -52,6 +51,7 @@ from evals.replay import (
     TaskResult,
     probe_state,
 )
+from evals.errors import TaskError
 from evals.tasks.schema import Task, mentions, message_text
 from search_spaces.cache.decision import Decision
 
@@ -172,7 +172,7 @@ class DryEngine:
 
 
 class ProxyReplay(Replay):
-    """:class:`evals.replay.Replay` at the zero-forward fidelity: the same decisions and the same
+    """:class:`evals.cache.evaluator.Replay` at the zero-forward fidelity: the same decisions and the same
     exact accounting, with each probe's ``passed`` predicted by :class:`EvidenceTable` (the engine
     renders and accounts; it never runs a forward). The multiple-choice and generation fields of
     each probe stay empty: only ``passed`` is predicted.

@@ -8,9 +8,9 @@ passes most probes with the full cache and falls to chance without the evidence;
 (:class:`Targets`) say how much is enough. Without that spread the scoreboard cannot tell
 policies apart.
 
-This module runs and aggregates; ``python -m evals.calibrate`` is its command line. It does not
-choose formats: the calibrated defaults live in :class:`evals.probes.ProbeFormat` and
-:class:`evals.replay.EvalConfig` (docs/tasks.md, "Calibration").
+This module runs and aggregates; ``python -m evals.cache.probe_calibration_cli`` is its command line. It does not
+choose formats: the calibrated defaults live in :class:`evals.cache.probes.ProbeFormat` and
+:class:`evals.cache.evaluator.EvalConfig` (docs/tasks.md, "Calibration").
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.engine import Engine
-from evals.probes import ProbeFormat, probe_prompt
-from evals.replay import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.cache.probes import ProbeFormat, probe_prompt
 from evals.tasks.schema import Task
 
 FULL = "full"

@@ -35,10 +35,10 @@ from engine.interface import ChatEngine
 from engine.layout import Rendered
 from engine.schedule import Schedule, parse_schedule
 from engine.session_accountant import SessionAccountant
-from evals.cost import CostBreakdown, request_cost
-from evals.diagnostics import drop_evidence_schedule
+from evals.cache.cost import CostBreakdown, request_cost
+from evals.cache.diagnostics import drop_evidence_schedule
+from evals.cache.probes import ProbeFormat, answer_matches, probe_prompt
 from evals.errors import TaskError
-from evals.probes import ProbeFormat, answer_matches, probe_prompt
 from evals.rates import Rates, load_rates
 from evals.tasks.schema import Task
 from search_spaces import Episode, Policy, PolicyKind, get_policy, request_points
@@ -167,7 +167,7 @@ class TaskResult:
     generator_version: str = ""
     fidelity: str = "model"
     """What produced ``probes``: ``model`` (the engine answered) or ``proxy`` (predicted without a
-    forward, :mod:`evals.fidelity`); cost and token counts are exact either way."""
+    forward, :mod:`evals.cache.fidelity`); cost and token counts are exact either way."""
 
     @property
     def cost_cents(self) -> float:

@@ -1,13 +1,13 @@
 """Live-agent evaluation: the model drives the tools, the policy shapes its cache, the answer is scored.
 
-Where the replay evaluator (:mod:`evals.replay`) walks a recorded trajectory, a live episode lets
+Where the replay evaluator (:mod:`evals.cache.evaluator`) walks a recorded trajectory, a live episode lets
 the model act. For one (policy, task, probe) the agent gets a system prompt listing four tools and
 the probe's question; each turn it asks the endpoint for the assistant's next message with the
 policy's cumulative schedule (``drop_message`` / ``reposition``) attached, runs the
 ``<tool_call>`` blocks the model wrote, and stops at ``submit_answer``, at a reply without a tool
 call (the reply is the answer), or after ``max_steps`` turns. The answer is scored against the
 probe's gold answer (normalised exact match, contains-match reported separately) and every
-request's usage is priced with :mod:`evals.cost`.
+request's usage is priced with :mod:`evals.cache.cost`.
 
 The tools run here, in this process, over a corpus made from the task: every tool response the
 trajectory had seen by the probe becomes a document (``doc-<message id>``).
@@ -44,9 +44,9 @@ from typing import Any
 
 from engine.durable import CheckpointStore, DurableSession, StepKind, Tool, ToolBox
 from engine.toolcalls import parse_tool_calls
-from evals.cost import task_cost
+from evals.cache.cost import task_cost
+from evals.cache.scoring import contains_match, exact_match
 from evals.errors import AKVError, TaskError
-from evals.metrics import contains_match, exact_match
 from evals.rates import load_rates
 from evals.tasks.schema import Task
 
@@ -333,7 +333,7 @@ def run_live(engine: Any, policy: Any, policy_label: str, tasks: Sequence[Task],
 
 def summary(results: Iterable[LiveResult]) -> dict[str, Any]:
     """Pass rate (exact and contains), mean cost, steps and tool use over ``results``."""
-    from evals.metrics import pass_rate
+    from evals.cache.scoring import pass_rate
 
     rs = list(results)
     exact, contains = pass_rate(r.exact for r in rs), pass_rate(r.contains for r in rs)
@@ -349,7 +349,7 @@ def main_cli(args: Any, params: Mapping[str, Any]) -> int:
     """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON."""
     from engine.remote import RemoteEngine
     from engine.settings import settings
-    from evals.cli import select_suite
+    from evals.cache.cli import select_suite
     from search_spaces import get_policy
 
     tasks = select_suite(args.suite, args.split, args.limit)

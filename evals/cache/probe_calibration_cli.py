@@ -1,6 +1,6 @@
-"""Command line of the probe calibration (:mod:`evals.calibration`).
+"""Command line of the probe calibration (:mod:`evals.cache.probe_calibration`).
 
-    python -m evals.calibrate --split heldout --per-family 4 [--template plain] [--suite default]
+    python -m evals.cache.probe_calibration_cli --split heldout --per-family 4 [--template plain] [--suite default]
 
 Prints the per-family table (log-likelihood multiple choice and greedy exact match, with the full
 cache and with each probe's evidence dropped) and writes ``bench/results/calibration-<split>.json``.
@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from evals.probes import LEAD_STYLES, ProbeFormat
+from evals.cache.probes import LEAD_STYLES, ProbeFormat
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     defaults = ProbeFormat()
-    p = argparse.ArgumentParser(prog="python -m evals.calibrate", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m evals.cache.probe_calibration_cli", description=__doc__.splitlines()[0])
     p.add_argument("--split", default="heldout", choices=("train", "heldout"))
     p.add_argument("--per-family", type=int, default=4, help="tasks per family, spread over the split")
     p.add_argument("--suite", default="default", help="registered suite name or path to a task set")
@@ -37,8 +37,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from engine import Engine
-    from evals.calibration import calibrate, sample_tasks
-    from evals.replay import EvalConfig, TaskResult
+    from evals.cache.evaluator import EvalConfig, TaskResult
+    from evals.cache.probe_calibration import calibrate, sample_tasks
     from evals.tasks import load_suite
 
     fmt = replace(ProbeFormat(), lead_in=args.lead_in, min_lead_chars=args.min_lead_chars,

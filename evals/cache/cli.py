@@ -18,10 +18,10 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.errors import AKVError
+from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.cache.probes import ProbeFormat
+from evals.cache.scoring import wilson_interval
 from evals.errors import TaskError
-from evals.metrics import wilson_interval
-from evals.probes import ProbeFormat
-from evals.replay import EvalConfig, PolicySpec, TaskResult, evaluate
 from evals.tasks.schema import Task
 
 ALL_SPLITS = "all"
