@@ -10,7 +10,7 @@ directly:
 - ``rsi.executors``: where model evaluations run (in process, a local server, Ray replicas).
 - ``rsi.store``, ``rsi.rundir``: the evaluation store and the run directory's atomic files;
   ``rsi.tracking``: MLflow; ``rsi.report``, ``rsi.dashboard``: the HTML report and dashboard.
-- ``rsi.survival_evolve``, ``rsi.survival_search``: the same loop for tool-gap survival programs.
+- ``rsi.survival.evolve``, ``rsi.survival.search``: the same loop for tool-gap survival programs.
 - ``rsi.export``: a run's chosen policy as a standalone module; ``rsi.cli``: the ``akv`` command.
 
 docs/architecture.md maps the packages and the data flow.

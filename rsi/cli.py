@@ -101,7 +101,7 @@ def _live(args: argparse.Namespace) -> int:
 
 def _survival_search(args: argparse.Namespace) -> int:
     if args.evolve:
-        from rsi.survival_evolve import main_cli as evolve
+        from rsi.survival.evolve import main_cli as evolve
 
         return evolve(args)
     if args.confirm_replay:
@@ -109,7 +109,7 @@ def _survival_search(args: argparse.Namespace) -> int:
     if not args.trace:
         raise AKVError("survival-search needs a TRACE (tune the families) or --evolve CONFIG (evolve programs)",
                        field="trace", value=None)
-    from rsi.survival_search import main_cli
+    from rsi.survival.search import main_cli
 
     return main_cli(args)
 

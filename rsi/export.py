@@ -91,7 +91,7 @@ def export_pick(run_dir: Path, name: str, out: Path, format: str = "module") -> 
             ``AKVError``) when the pick cannot be exported (a text baseline, relevance needed, a
             reasoning-dropping family in the harness format).
     """
-    from rsi.survival_export import export_survival_pick, is_survival_run
+    from rsi.survival.export import export_survival_pick, is_survival_run
 
     if is_survival_run(run_dir):  # akv survival-search --evolve writes a survival archive
         return export_survival_pick(run_dir, name, out, format)

@@ -119,7 +119,7 @@ class BudgetExhausted(Exception):
 class LLMProposer(Proposer):
     """Proposes programs by asking an OpenAI-compatible endpoint (see the module docstring).
 
-    A subclass for another kind of program (``rsi.survival_proposer.SurvivalLLMProposer``)
+    A subclass for another kind of program (``rsi.survival.proposer.SurvivalLLMProposer``)
     overrides ``variants``, ``default_instructions``, :meth:`prompt`, :meth:`_problem`,
     :meth:`_bandit` and :meth:`_scored_line`; the endpoint, budget, retry and bandit loop stay here.
     """

@@ -1,4 +1,4 @@
-"""Evolution of survival programs on the simulator (rsi.survival_evolve): the loop end to end on
+"""Evolution of survival programs on the simulator (rsi.survival.evolve): the loop end to end on
 tiny traces, hostile proposals, reproducibility, the headline's intervals by hand, the export."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from evals.survival import load_trace, simulate
 from rsi.archive import Status
 from rsi.cli import main
 from rsi.proposers.base import ParentView, Proposal, Proposer
-from rsi.survival_archive import RECOMPUTE, TTFT, SurvivalArchive, paired_over_traces
-from rsi.survival_evolve import EvolveConfigError, SurvivalEvolution, config_from_dict, load_config
-from rsi.survival_proposer import Recorder, SurvivalMutationProposer, record_requests
+from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, paired_over_traces
+from rsi.survival.evolve import EvolveConfigError, SurvivalEvolution, config_from_dict, load_config
+from rsi.survival.proposer import Recorder, SurvivalMutationProposer, record_requests
 from search_spaces.survival import get_survival_policy, make_survival_policy, survival_seed_source
 
 TINY = {"name": "sv-test", "seed": 0,
@@ -234,7 +234,7 @@ def test_exported_module_refuses_a_tampered_program(tiny_run, tmp_path):
 
 
 def test_confirm_replay_runs_the_top_candidates_on_the_real_engine(tiny, tmp_path):
-    from rsi.survival_evolve import confirm_replay
+    from rsi.survival.evolve import confirm_replay
 
     raw = {**TINY, "seeds": ["ttl"], "families": ["lru"], "generations": 0, "optuna": {"trials": 1},
            "train": {"kinds": ["tool-heavy"], "seeds": [0], "sessions": 2, "time_scale": 0.002, "token_scale": 0.1},
@@ -270,7 +270,7 @@ SURVIVAL_BAD = ("import os\n\ndef decide(request, params):\n    os.system('echo 
 
 
 def test_llm_config_is_checked_and_round_trips(tmp_path):
-    from rsi.survival_evolve import config_from_dict_json
+    from rsi.survival.evolve import config_from_dict_json
 
     llm = {**TINY, "proposer": {"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                                 "per_generation": 2, "budget_tokens": 5000}}
@@ -293,7 +293,7 @@ def test_llm_proposer_writes_survival_programs_through_the_loop(tmp_path):
     program is refused (twice: the retry carries the reason) and recorded with its reason; the
     prompt carries the survival API, the parent's metrics and the tuned families'."""
     from engine.server import ServerThread
-    from rsi.survival_proposer import SURVIVAL_VARIANTS
+    from rsi.survival.proposer import SURVIVAL_VARIANTS
     from tests.rsi.scripted import scripted_app
 
     replies = iter([f"```python\n{SURVIVAL_GOOD}```", f"```python\n{SURVIVAL_BAD}```",

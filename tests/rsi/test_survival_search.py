@@ -8,7 +8,7 @@ import pytest
 
 from evals.survival import SimConfig, generate_trace, save_trace, simulate
 from rsi.cli import main
-from rsi.survival_search import OBJECTIVE, run
+from rsi.survival.search import OBJECTIVE, run
 from search_spaces.errors import UnknownPolicyError
 
 

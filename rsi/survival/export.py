@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine.errors import AKVError
 from rsi.rundir import read_json
-from rsi.survival_archive import SurvivalArchive, SurvivalCandidate
+from rsi.survival.archive import SurvivalArchive, SurvivalCandidate
 from search_spaces.errors import PolicyError
 from search_spaces.export import export_survival_program
 from search_spaces.survival import SURVIVAL_SEEDS, survival_seed_source

@@ -10,7 +10,7 @@ as it finishes, fsync'ed), and ``OUT_DIR/summary.json`` holds the best parameter
 to LRU's metrics.
 
 The survival families are programs in the same format as cache policies (``docs/survival-api.md``),
-so they are also evolved by the proposers (``rsi.survival_evolve``, ``--evolve``); this module
+so they are also evolved by the proposers (``rsi.survival.evolve``, ``--evolve``); this module
 tunes the built-in families' parameters, the part of the loop that runs offline in seconds.
 """
 

@@ -11,7 +11,7 @@ The cache search's loop (``rsi.search``) applied to tool-gap survival programs
   trial of each (lowest mean p95 resume TTFT, then fewest recompute tokens) is an expert.
 - **Generation 0** tunes the seed programs (each family's program form, ``search_spaces/survival/seeds``).
 - **Generations 1..G**: parents (the front, then the best on train) go to the mutation proposer
-  (``rsi.survival_proposer``: the cache proposer's operators and UCB1 bandit; every edit is
+  (``rsi.survival.proposer``: the cache proposer's operators and UCB1 bandit; every edit is
   checked and smoke-run in the survival sandbox); each proposal is checked again (a refused one
   is archived as a failure with its reason) and tuned by a two-objective Optuna study
   (``rsi.tuning.make_sampler``/``study_seed``; trial 0 = the program's ``DEFAULTS``, then its
@@ -22,11 +22,11 @@ The cache search's loop (``rsi.search``) applied to tool-gap survival programs
 - **Held-out.** The front, every baseline and the best evolved candidate are simulated on the
   held-out traces. The headline (``headline.json``) compares the best evolved candidate (chosen on
   train) with the best tuned family (chosen on train) on held-out, paired over traces with 95%
-  bootstrap intervals (``rsi.survival_archive.paired_over_traces``).
+  bootstrap intervals (``rsi.survival.archive.paired_over_traces``).
 - **Outputs**: ``archive.json``, ``pareto.json``, ``headline.json``, ``evaluations.jsonl`` (every
   simulation, fsync'ed: a re-run in the same directory takes finished ones from it and replays
   the same decisions), ``proposals/g<N>.json``, ``programs/<sha>.py``, ``report.html`` with the
-  front plot (``rsi.survival_report``) and MLflow runs (``rsi.survival_tracking``).
+  front plot (``rsi.survival.report``) and MLflow runs (``rsi.survival.tracking``).
 - ``--confirm-replay N``: the top ``N`` candidates on held-out are replayed on the real engine
   (``evals.survival.replay``) on the held-out traces; ``confirm.json`` sets replay beside simulation.
 
@@ -59,7 +59,7 @@ from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from rsi.rundir import RunDirError, read_json, write_json, write_text
-from rsi.survival_archive import (
+from rsi.survival.archive import (
     RECOMPUTE,
     TTFT,
     SimScore,
@@ -68,7 +68,7 @@ from rsi.survival_archive import (
     paired_over_traces,
     score_of,
 )
-from rsi.survival_proposer import SurvivalLLMProposer, SurvivalMutationProposer, record_requests
+from rsi.survival.proposer import SurvivalLLMProposer, SurvivalMutationProposer, record_requests
 from rsi.tuning import CandidateFailure, make_sampler, study_seed
 from search_spaces import check_program, suggest_params
 from search_spaces.errors import ProgramFailure
@@ -551,7 +551,7 @@ class SurvivalEvolution:
             self._write_outputs()
             figures: list[Path] = []
             if status == "FINISHED":
-                from rsi.survival_report import write_report
+                from rsi.survival.report import write_report
 
                 figures = write_report(self.run_dir)
             if self.tracker is not None:
@@ -816,7 +816,7 @@ def main_cli(args: Any) -> int:
     run_dir = Path(args.run_dir or f"runs/{config.name}")
     tracker = None
     if config.tracking:
-        from rsi.survival_tracking import SurvivalTracker
+        from rsi.survival.tracking import SurvivalTracker
 
         tracker = SurvivalTracker(run_dir, config.name)
     evo = SurvivalEvolution(config, run_dir, tracker=tracker, say=lambda text: print(text, flush=True))

@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 from rsi.pareto import front
 from rsi.proposers.bandit import operator_table
 from rsi.report import _img, _table
-from rsi.survival_archive import SurvivalArchive, SurvivalCandidate
+from rsi.survival.archive import SurvivalArchive, SurvivalCandidate
 
 MARKERS = "sD^v<>phP"
 
@@ -80,7 +80,7 @@ def _row(c: SurvivalCandidate) -> dict[str, Any]:
 
 def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for a survival run; returns the figure paths."""
-    from rsi.survival_evolve import describe_headline
+    from rsi.survival.evolve import describe_headline
 
     run = Path(run_dir)
     archive = SurvivalArchive.load(run / "archive.json")
