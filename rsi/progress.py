@@ -11,6 +11,9 @@ ends, so the total shrinks to what actually ran and the bar ends full.
 The bar advances once per distinct evaluation, whether it was computed or came from the store
 (a resumed search moves fast over what it finished before). It is drawn (tqdm) only when the
 output is a terminal; elsewhere the per-candidate lines are the progress.
+
+:class:`SearchProgress` is the search's console reporter: every line the search shows goes through
+:meth:`SearchProgress.write` (above the bar), and everything else the search says is logged.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ MLflow), beyond :func:`check_sqlite`.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,112 @@ def check_sqlite(path: str | Path) -> None:
         raise RunDirError(f"{p}: not a readable SQLite database ({err})", field=str(p), value=None) from err
     if rows != [("ok",)]:
         raise RunDirError(f"{p}: SQLite integrity check failed: {show(rows)}", field=str(p), value=show(rows))
+
+
+class RunDir:
+    """All the state of one search run directory behind one object, as Optuna keeps a study's
+    behind its storage: where every file lives, checked reads, atomic writes, the resume checks.
+
+    Layout::
+
+        config.json  state.json  search.log  evaluations.jsonl (rsi.store)
+        programs/<sha256>.py     proposals/g<N>.json
+        archive.json  pareto.json  headline.json  niches.json  fidelity.json  proposer_stats.json
+        replicas.json  report.html  optuna.db  mlflow.db  mlflow_runs.json
+
+    Nothing here knows the search's logic; ``rsi.search.Search`` decides what to write and when.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    # ------------------------------------------------------------------ resume
+
+    def next_state(self, config: dict[str, Any], normalize: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+        """The state of the next attempt, read and checked (the caller writes it once all checks pass).
+
+        ``normalize`` reads a stored config through today's schema, so fields added since it was
+        written (with their defaults) do not make a resumed run look like another one.
+
+        Raises:
+            RunDirError: a bad ``state.json`` or ``config.json``, or a run of another config.
+        """
+        path = self / "state.json"
+        state = read_json(path, dict) if path.exists() else {"attempt": 0}
+        attempt = state.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
+            raise RunDirError(f"{path}: 'attempt' must be a non-negative integer, got {show(attempt)}",
+                              field="attempt", value=attempt)
+        state["attempt"] += 1
+        stored = self / "config.json"
+        if stored.exists() and normalize(read_json(stored, dict)) != json.loads(json.dumps(config)):
+            raise RunDirError(f"{self.path} holds a run with another config; use a new run directory",
+                              field="run_dir", value=str(self.path))
+        return state
+
+    def check_resume(self, *, optuna_sqlite: bool, mlflow_local: bool) -> None:
+        """Read every other file a resume reads, so a bad one fails now, before anything is written."""
+        for path in sorted((self / "proposals").glob("g*.json")):
+            read_proposals(path)
+        runs = self / "mlflow_runs.json"
+        if runs.exists():
+            read_json(runs, dict)
+        if optuna_sqlite:
+            check_sqlite(self / "optuna.db")
+        if mlflow_local:
+            check_sqlite(self / "mlflow.db")
+
+    def open(self, log: logging.Logger) -> None:
+        """Start an attempt (after the resume checks): the folders, and ``log`` also to ``search.log``."""
+        (self / "programs").mkdir(exist_ok=True)
+        (self / "proposals").mkdir(exist_ok=True)
+        handler = logging.FileHandler(self / "search.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        self.write("state.json", state)
+
+    # ------------------------------------------------------------------ records and outputs
+
+    def write(self, name: str, data: Any) -> Path:
+        """Replace the JSON file ``name`` (a path relative to the run directory) atomically."""
+        write_json(self / name, data)
+        return self / name
+
+    def save_program(self, sha: str, source: str) -> None:
+        write_text(self / "programs" / f"{sha}.py", source)
+
+    def program(self, sha: str) -> str:
+        return (self / "programs" / f"{sha}.py").read_text()
+
+    def proposals_of(self, generation: int) -> list[dict[str, Any]] | None:
+        """The saved proposals of ``generation`` (``None``: none saved yet)."""
+        path = self / "proposals" / f"g{generation}.json"
+        return read_proposals(path) if path.exists() else None
+
+    def save_proposals(self, generation: int, rows: list[dict[str, Any]]) -> None:
+        self.write(f"proposals/g{generation}.json", rows)
+
+
+def read_proposals(path: Path) -> list[dict[str, Any]]:
+    """The saved proposals of one generation (``proposals/g<N>.json``), each checked.
+
+    Raises:
+        RunDirError: a proposal that is not an object with ``source``, ``parents`` and ``proposer``.
+    """
+    rows = read_json(path, list)
+    for i, p in enumerate(rows):
+        if not (isinstance(p, dict) and isinstance(p.get("source"), str) and isinstance(p.get("parents"), list)
+                and isinstance(p.get("proposer"), str)):
+            raise RunDirError(f"{path}: proposal {i} must be an object with 'source', 'parents' and 'proposer', "
+                              f"got {show(p)}; delete the file to propose this generation again",
+                              field=str(path), value=show(p))
+    return list(rows)

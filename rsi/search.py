@@ -41,7 +41,7 @@ from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.progress import SearchProgress, plan_evaluations
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
-from rsi.rundir import RunDirError, check_sqlite, read_json, write_json, write_text
+from rsi.rundir import RunDir, RunDirError, read_json
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
 from rsi.tuning import Screen, TuneResult, make_storage, tune
@@ -73,15 +73,15 @@ class Search:
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.state = self._load_state()
-        self._check_run_files()
-        (self.run_dir / "programs").mkdir(exist_ok=True)
-        (self.run_dir / "proposals").mkdir(exist_ok=True)
-        self._file_log()
-        self.store = EvalStore(self.run_dir / "evaluations.jsonl")
+        self.files = RunDir(self.run_dir)
+        self.state = self.files.next_state(config.to_dict(), _normalized)
+        self.files.check_resume(optuna_sqlite=config.optuna.storage == "sqlite",
+                                mlflow_local=not config.tracking_uri)
+        self.files.open(log)
+        self.store = EvalStore(self.files / "evaluations.jsonl")
         self.state["store_check"] = self.store.check.to_dict() | {"attempt": self.state["attempt"]}
-        write_json(self.run_dir / "config.json", self.config.to_dict())
-        self._write_state(self.state)
+        self.files.write("config.json", config.to_dict())
+        self.files.write_state(self.state)
         self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
                                       probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate)
         self.model_id = config.model_id
@@ -107,53 +107,15 @@ class Search:
 
     # ------------------------------------------------------------------ state
 
-    def _load_state(self) -> dict[str, Any]:
-        """The state of the next attempt (read and checked; written by ``__init__`` once all checks pass)."""
-        path = self.run_dir / "state.json"
-        state = read_json(path, dict) if path.exists() else {"attempt": 0}
-        attempt = state.get("attempt")
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
-            raise RunDirError(f"{path}: 'attempt' must be a non-negative integer, got {show(attempt)}",
-                              field="attempt", value=attempt)
-        state["attempt"] += 1
-        cfg = self.run_dir / "config.json"
-        # The stored config is read through today's schema, so fields added since it was written
-        # (with their defaults) do not make a resumed run look like another one.
-        if cfg.exists() and _normalized(read_json(cfg, dict)) != json.loads(json.dumps(self.config.to_dict())):
-            raise RunDirError(f"{self.run_dir} holds a run with another config; use a new run directory",
-                              field="run_dir", value=str(self.run_dir))
-        return state
-
     def _written_generation(self) -> int:
         """The last generation whose outputs (archive.json, pareto.json) are on disk (-1: none)."""
         if isinstance(self.state.get("outputs_generation"), int):
             return int(self.state["outputs_generation"])
         try:  # a run directory of an older version: the archive says how far it got
-            return max((int(h["generation"]) for h in Archive.load(self.run_dir / "archive.json").hv_history),
+            return max((int(h["generation"]) for h in Archive.load(self.files / "archive.json").hv_history),
                        default=-1)
         except (RunDirError, KeyError, TypeError, ValueError):
             return -1
-
-    def _check_run_files(self) -> None:
-        """Read every other file a resume reads, so a bad one fails now, before anything is written."""
-        for path in sorted((self.run_dir / "proposals").glob("g*.json")):
-            _read_proposals(path)
-        runs = self.run_dir / "mlflow_runs.json"
-        if runs.exists():
-            read_json(runs, dict)
-        if self.config.optuna.storage == "sqlite":
-            check_sqlite(self.run_dir / "optuna.db")
-        if not self.config.tracking_uri:
-            check_sqlite(self.run_dir / "mlflow.db")
-
-    def _write_state(self, state: dict[str, Any]) -> None:
-        write_json(self.run_dir / "state.json", state)
-
-    def _file_log(self) -> None:
-        handler = logging.FileHandler(self.run_dir / "search.log")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
 
     # ------------------------------------------------------------------ components
 
@@ -211,7 +173,7 @@ class Search:
         return PolicySpec("program", c.params, source=self._source(c.program), label=c.label)
 
     def _source(self, sha: str) -> str:
-        return (self.run_dir / "programs" / f"{sha}.py").read_text()
+        return self.files.program(sha)
 
     # ------------------------------------------------------------------ the loop
 
@@ -223,11 +185,11 @@ class Search:
                  json.dumps(cfg.to_dict()))
         self.train = select_tasks(self._suite("train"), cfg.data.train_tasks)
         self.heldout = self._heldout_tasks()
-        print(f"search {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out tasks, "
-              f"{cfg.generations} generations, run dir {self.run_dir}", flush=True)
+        self.progress.write(f"search {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out tasks, "
+                            f"{cfg.generations} generations, run dir {self.run_dir}")
         check = self.store.check
         if check.loaded or not check.clean:
-            print(f"  {check.summary()}", flush=True)
+            self.progress.write(f"  {check.summary()}")
         self.plan = plan_evaluations(cfg, len(self.train), len(self.heldout))
         self.progress = SearchProgress(self.plan.total, enabled=self._progress_enabled)
         status = "FAILED"
@@ -256,7 +218,7 @@ class Search:
                 self._write_outputs()
                 figures = self._report()
                 if self._proxy is not None:
-                    print(check_fidelity(self.fidelity_pairs).summary(), flush=True)
+                    self.progress.write(check_fidelity(self.fidelity_pairs).summary())
             else:  # outputs stay as the last finished generation wrote them; a resume replays the rest
                 log.error("search %s attempt %d failed (%s); archive.json, pareto.json and the report are left "
                           "as the last finished generation wrote them", cfg.name, self.state["attempt"],
@@ -265,7 +227,7 @@ class Search:
             self.tracker.finish(self.pareto_rows() if status == "FINISHED" else [], figures, status)
             self.state["status"] = status.lower()
             self.state["seconds"] = self.state.get("seconds", 0) + time.perf_counter() - t0
-            self._write_state(self.state)
+            self.files.write_state(self.state)
             if self._executor is not None:
                 self._executor.close()
         return SearchResult(self.run_dir, self.archive, time.perf_counter() - t0)
@@ -422,7 +384,7 @@ class Search:
     def _write_fidelity(self) -> None:
         check = check_fidelity(self.fidelity_pairs)
         self.state["screened"] = self.screened
-        write_json(self.run_dir / "fidelity.json", {
+        self.files.write("fidelity.json", {
             "policies": check.policies, "spearman": check.spearman, "target": check.target,
             "enough": check.enough, "summary": check.summary(), "screened_trials": self.screened,
             "speed": self.speed.to_dict(),
@@ -469,13 +431,13 @@ class Search:
         return [ParentView(c, self._source(c.program), self.feedback(c)) for c in chosen]
 
     def _proposals(self, g: int, parents: list[ParentView], proposer: Proposer, rng: random.Random) -> list[Proposal]:
-        path = self.run_dir / "proposals" / f"g{g}.json"
-        if path.exists():  # resume: the proposals of this generation were made before
-            return _read_proposals(path)
+        saved = self.files.proposals_of(g)
+        if saved is not None:  # resume: the proposals of this generation were made before
+            return [Proposal(p["source"], tuple(p["parents"]), p["proposer"], str(p.get("note", ""))) for p in saved]
         self.seen |= {c.program for c in self.archive.candidates}
         proposals = proposer.propose(parents, self.archive, self.config.proposer.per_generation, rng, self.seen)
-        write_json(path, [p.__dict__ | {"parents": list(p.parents)} for p in proposals])
-        write_json(self.run_dir / "proposer_stats.json", proposer.stats.to_dict())
+        self.files.save_proposals(g, [p.__dict__ | {"parents": list(p.parents)} for p in proposals])
+        self.files.write("proposer_stats.json", proposer.stats.to_dict())
         return proposals
 
     def _tune(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str, note: str = "") -> None:
@@ -486,7 +448,7 @@ class Search:
                       note: str) -> None:
         sha = source_hash(source)
         self.seen.add(sha)
-        write_text(self.run_dir / "programs" / f"{sha}.py", source)
+        self.files.save_program(sha, source)
         check = check_program(source)
         if not check.ok:
             c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.REFUSED,
@@ -543,11 +505,11 @@ class Search:
         self.tracker.generation(g, {"hypervolume": hv, "front_size": float(len(front)),
                                     "failures": float(len(self.archive.failures()))})
         self.niches = niche_map(self.archive, self._train_results)
-        write_niches(self.run_dir / "niches.json", self.archive, self.niches, g)
+        write_niches(self.files / "niches.json", self.archive, self.niches, g)
         if g > self._outputs_generation:  # a resume replaying older generations keeps the newer outputs
             self._write_outputs()
             self._outputs_generation = self.state["outputs_generation"] = g
-            self._write_state(self.state)
+            self.files.write_state(self.state)
         best = max(front, key=lambda c: c.point[1], default=None)
         self._say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
                   + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""))
@@ -612,12 +574,12 @@ class Search:
         return rows
 
     def _write_outputs(self) -> None:
-        self.archive.save(self.run_dir / "archive.json")
-        write_json(self.run_dir / "pareto.json", self.pareto_rows())
+        self.archive.save(self.files / "archive.json")
+        self.files.write("pareto.json", self.pareto_rows())
         write_headline(self.run_dir, build_headline(self.archive, self._heldout_results, self._train_results,
                                                     samples=self.config.bootstrap_samples, seed=self.config.seed))
         if self._executor is not None:
-            write_json(self.run_dir / "replicas.json", self._executor.stats())
+            self.files.write("replicas.json", self._executor.stats())
 
     def _heldout_results(self, c: Candidate) -> list[TaskResult] | None:
         """``c``'s per-task held-out results from the store (``None`` when one is missing)."""
@@ -639,20 +601,6 @@ def _normalized(raw: dict[str, Any]) -> Any:
         return json.loads(json.dumps(config_from_dict(raw).to_dict()))
     except AKVError:
         return raw  # not a config of this schema: it differs
-
-
-def _read_proposals(path: Path) -> list[Proposal]:
-    """The saved proposals of one generation (``proposals/g<N>.json``)."""
-    rows = read_json(path, list)
-    out = []
-    for i, p in enumerate(rows):
-        if not (isinstance(p, dict) and isinstance(p.get("source"), str) and isinstance(p.get("parents"), list)
-                and isinstance(p.get("proposer"), str)):
-            raise RunDirError(f"{path}: proposal {i} must be an object with 'source', 'parents' and 'proposer', "
-                              f"got {show(p)}; delete the file to propose this generation again",
-                              field=str(path), value=show(p))
-        out.append(Proposal(p["source"], tuple(p["parents"]), p["proposer"], str(p.get("note", ""))))
-    return out
 
 
 def load_run_config(run_dir: str | Path) -> SearchConfig:

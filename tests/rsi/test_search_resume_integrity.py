@@ -154,3 +154,28 @@ def test_akv_search_resume_names_the_bad_file(finished, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "state.json: line 3 column" in err and "Traceback" not in err, err
     assert _snapshot(run) == before
+
+
+def test_run_dir_holds_the_run_state(tmp_path):
+    """``RunDir``: the attempt counter, the refusal of another config, proposals and programs
+    round-trip, and a malformed proposal named by file (the checks ``Search`` runs before writing)."""
+    from rsi.rundir import RunDir
+
+    files = RunDir(tmp_path)
+    same = lambda raw: raw  # noqa: E731  (the stored config read as is)
+    state = files.next_state({"a": 1}, same)
+    assert state == {"attempt": 1}
+    files.write("config.json", {"a": 1})
+    files.write_state(state)
+    assert files.next_state({"a": 1}, same)["attempt"] == 2
+    with pytest.raises(RunDirError, match="another config"):
+        files.next_state({"a": 2}, same)
+    (tmp_path / "proposals").mkdir()
+    files.save_proposals(3, [{"source": "S", "parents": [], "proposer": "m"}])
+    assert files.proposals_of(3) == [{"source": "S", "parents": [], "proposer": "m"}] and files.proposals_of(4) is None
+    (tmp_path / "programs").mkdir()
+    files.save_program("abc", "def decide(r, p):\n    return r.plan()\n")
+    assert files.program("abc").startswith("def decide")
+    files.save_proposals(5, [{"source": 1}])
+    with pytest.raises(RunDirError, match=r"g5.json: proposal 0"):
+        files.check_resume(optuna_sqlite=False, mlflow_local=False)
