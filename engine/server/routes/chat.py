@@ -1,0 +1,135 @@
+"""``POST /v1/chat/completions``, whole or streamed as server-sent events.
+
+With a survival manager, ``session_id`` + ``tool_gap`` (or a reply that ends in a tool call)
+pause the session on its tool (``engine.survival``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response, StreamingResponse
+
+from engine.engine import ChatResult
+from engine.errors import AKVError
+from engine.server.body import json_body
+from engine.server.prepare import prepare_chat
+from engine.server.schemas import ChatRequest
+from engine.server.served import Served, ServedDep, usage_json
+from engine.server.tenants import tenant_of
+from engine.survival import ToolGap
+from engine.toolcalls import reply_message
+
+DEFAULT_MAX_TOKENS = 256
+router = APIRouter()
+ChatBody = Annotated[ChatRequest, Depends(json_body(ChatRequest))]
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
+    t0 = time.perf_counter()
+    tenant = tenant_of(request.state)
+    sid = tenant.session_key(req.session_id)  # sessions are per tenant
+    missing = s.unknown_model(req.model)
+    if missing is not None:
+        return missing
+    if req.n != 1:
+        raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    # validation, session check and tokenization on a pool thread, never on the engine thread
+    ready = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, max_tokens)
+    schedule = ready.schedule
+    gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
+    if gap is not None and req.session_id is None:
+        raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
+    args = {"messages": req.messages, "schedule": schedule, "prepared": ready.prepared, "max_tokens": max_tokens,
+            "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "stop": req.stop_list(),
+            "ignore_eos": req.ignore_eos, "prefix": req.prefix, "salt": tenant.salt}
+    rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    if req.stream:
+        return await _stream(s, req, args, rid, schedule, t0, sid)
+    result: ChatResult = await s.run(s.new_job(req.timeout, chat=args, session=sid, tool_gap=gap))
+    s.sessions.update(sid, req.messages, schedule)
+    s.metrics.latency.observe(time.perf_counter() - t0)
+    message, finish = reply_message(result.text, result.finish_reason, bool(req.tools))
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if req.return_token_ids:
+        choice["token_ids"] = list(result.token_ids)
+    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": s.engine.name,
+            "choices": [choice], "usage": usage_json(result.usage)}
+
+
+async def _stream(s: Served, req: ChatRequest, args: dict[str, Any], rid: str, schedule: Any, t0: float,
+                  sid: str | None) -> Response:
+    pieces: asyncio.Queue[str] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    job = s.new_job(req.timeout, chat=args, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
+                    session=sid, tool_gap=ToolGap.from_wire(req.tool_gap) if req.tool_gap else None)
+    s.scheduler.submit(job)
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": s.engine.name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(body)}\n\n"
+
+    # Wait for the first piece or the end, so that errors before generation get a proper status.
+    first = asyncio.ensure_future(pieces.get())
+    try:
+        await asyncio.wait({first, job.future}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        job.cancel.set()
+        first.cancel()
+        raise
+    if job.future.done() and job.future.exception() is not None and not first.done():
+        first.cancel()
+        raise job.future.exception()  # type: ignore[misc]
+
+    async def events() -> AsyncIterator[str]:
+        nonlocal first
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            got_first = False
+            while True:
+                if first.done():
+                    if not got_first:
+                        s.metrics.ttft.observe(time.perf_counter() - t0)
+                        got_first = True
+                    yield chunk({"content": first.result()})
+                    first = asyncio.ensure_future(pieces.get())
+                    continue
+                await asyncio.wait({first, job.future}, return_when=asyncio.FIRST_COMPLETED)
+                if job.future.done() and not first.done():
+                    first.cancel()
+                    break
+            while not pieces.empty():
+                yield chunk({"content": pieces.get_nowait()})
+            error = job.future.exception()
+            if error is not None:
+                status = getattr(error, "status", 500)
+                yield f"data: {json.dumps({'error': {'message': str(error), 'code': status}})}\n\n"
+                return
+            result: ChatResult = job.future.result()
+            s.sessions.update(sid, req.messages, schedule)
+            s.metrics.latency.observe(time.perf_counter() - t0)
+            yield chunk({}, result.finish_reason)
+            if include_usage:
+                body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                        "model": s.engine.name, "choices": [], "usage": usage_json(result.usage)}
+                yield f"data: {json.dumps(body)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            if not job.future.done():
+                job.cancel.set()  # the client disconnected mid-stream: stop and free the locks
+            if not first.done():
+                first.cancel()
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

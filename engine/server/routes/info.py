@@ -1,0 +1,28 @@
+"""``GET /health``, ``GET /v1/models``, ``GET /metrics`` (Prometheus text)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from engine.server.served import ServedDep
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(s: ServedDep) -> dict[str, Any]:
+    return {"status": "ok", "model": s.engine.name, "queue_depth": s.scheduler.depth,
+            "integrity_checks": s.scheduler.integrity_checks, "last_error": s.scheduler.last_error}
+
+
+@router.get("/v1/models")
+async def models(s: ServedDep) -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": s.engine.name, "object": "model", "created": 0, "owned_by": "akv-rsi"}]}
+
+
+@router.get("/metrics")
+async def prometheus(s: ServedDep) -> Response:
+    return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
