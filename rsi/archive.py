@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from rsi.metrics import Metrics
 from rsi.pareto import front, hypervolume
@@ -92,14 +92,48 @@ def candidate_id(program: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([program, params], sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+class Archivable(Protocol):
+    """What an archive keeps: a candidate of either track (``Candidate``, ``SurvivalCandidate``)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def status(self) -> Status: ...
+
+    @property
+    def expert(self) -> bool: ...
+
+    @property
+    def parents(self) -> tuple[str, ...]: ...
+
+    @property
+    def train(self) -> Any: ...
+
+    @property
+    def point(self) -> tuple[float, float]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+C = TypeVar("C", bound=Archivable)
+
+
 @dataclass
-class Archive:
-    """All candidates in insertion order (ids unique)."""
+class CandidateArchive(Generic[C]):
+    """All candidates of one search in insertion order, ids unique (the first writer wins): the one
+    archive contract of both tracks. Subclasses say how a row is read (:meth:`_row`) and, for a
+    file that must say what it holds, the ``KIND`` written and required in it."""
 
-    candidates: list[Candidate] = field(default_factory=list)
+    candidates: list[C] = field(default_factory=list)
     hv_history: list[dict[str, Any]] = field(default_factory=list)
+    KIND: ClassVar[str | None] = None
 
-    def add(self, c: Candidate) -> Candidate:
+    @classmethod
+    def _row(cls, d: dict[str, Any]) -> C:
+        raise NotImplementedError
+
+    def add(self, c: C) -> C:
         """Insert ``c`` or, if its id exists, keep the existing entry (first writer wins)."""
         for existing in self.candidates:
             if existing.id == c.id:
@@ -107,30 +141,34 @@ class Archive:
         self.candidates.append(c)
         return c
 
-    def update(self, c: Candidate) -> None:
+    def extend(self, items: Iterable[C]) -> None:
+        for c in items:
+            self.add(c)
+
+    def update(self, c: C) -> None:
         self.candidates = [c if x.id == c.id else x for x in self.candidates]
 
-    def get(self, cid: str) -> Candidate:
+    def get(self, cid: str) -> C:
         for c in self.candidates:
             if c.id == cid:
                 return c
         raise KeyError(cid)
 
-    def scored(self, experts: bool = False) -> list[Candidate]:
+    def with_heldout(self, cid: str, heldout: Any) -> None:
+        self.update(replace(self.get(cid), heldout=heldout))  # type: ignore[type-var]
+
+    def scored(self, experts: bool = False) -> list[C]:
         return [c for c in self.candidates if c.status is Status.OK and c.train is not None and c.train.ok
                 and c.expert == experts]
 
-    def front(self) -> list[Candidate]:
-        """The evolved candidates' Pareto front on the train split."""
+    def front(self) -> list[C]:
+        """The evolved candidates' Pareto front on the train split (``point``'s orientation)."""
         return front(self.scored(), lambda c: c.point)
 
-    def hypervolume(self, ref_cost: float) -> float:
-        return hypervolume([c.point for c in self.scored()], ref_cost)
-
-    def failures(self) -> list[Candidate]:
+    def failures(self) -> list[C]:
         return [c for c in self.candidates if c.status is not Status.OK]
 
-    def lineage(self, cid: str) -> list[Candidate]:
+    def lineage(self, cid: str) -> list[C]:
         """``cid`` and its ancestors, breadth first."""
         out, todo, seen = [], [cid], set()
         while todo:
@@ -148,32 +186,41 @@ class Archive:
 
     def save(self, path: str | Path) -> None:
         """Replace ``path`` atomically (a kill leaves the previous archive or this one)."""
-        write_json(path, {"candidates": [c.to_dict() for c in self.candidates], "hypervolume": self.hv_history})
+        kind = {"kind": self.KIND} if self.KIND else {}
+        write_json(path, kind | {"candidates": [c.to_dict() for c in self.candidates], "hypervolume": self.hv_history})
 
     @classmethod
-    def load(cls, path: str | Path) -> Archive:
+    def load(cls, path: str | Path) -> Self:
         """Read an archive written by :meth:`save`.
 
         Raises:
-            RunDirError: the file is missing, not JSON, or a candidate lacks a field (named with its index).
+            RunDirError: the file is missing, not JSON, of another kind, or a candidate is malformed
+                (named with its index).
         """
         d = read_json(path, dict)
         rows = d.get("candidates")
-        if not isinstance(rows, list):
-            raise RunDirError(f"{path}: expected a 'candidates' list", field=str(path), value=None)
+        if (cls.KIND and d.get("kind") != cls.KIND) or not isinstance(rows, list):
+            what = f"kind {cls.KIND!r} and " if cls.KIND else ""
+            raise RunDirError(f"{path}: not {'a ' + cls.KIND if cls.KIND else 'an'} archive (expected {what}a "
+                              "'candidates' list)", field=str(path), value=d.get("kind"))
         candidates = []
         for i, row in enumerate(rows):
             try:
-                candidates.append(Candidate.from_dict(row))
+                candidates.append(cls._row(row))
             except (KeyError, TypeError, ValueError, AttributeError) as err:
                 raise RunDirError(f"{path}: candidate {i} is malformed ({type(err).__name__}: {err})",
                                   field=str(path), value=i) from err
         hv = d.get("hypervolume", [])
         return cls(candidates, hv if isinstance(hv, list) else [])
 
-    def with_heldout(self, cid: str, metrics: Metrics) -> None:
-        self.update(replace(self.get(cid), heldout=metrics))
 
-    def extend(self, items: Iterable[Candidate]) -> None:
-        for c in items:
-            self.add(c)
+@dataclass
+class Archive(CandidateArchive[Candidate]):
+    """The cache track's archive (``archive.json``)."""
+
+    @classmethod
+    def _row(cls, d: dict[str, Any]) -> Candidate:
+        return Candidate.from_dict(d)
+
+    def hypervolume(self, ref_cost: float) -> float:
+        return hypervolume([c.point for c in self.scored()], ref_cost)

@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from evals.paired import MIN_TASKS, PairingError
-from rsi.archive import Status, candidate_id
-from rsi.pareto import front, hypervolume
-from rsi.rundir import RunDirError, read_json, write_json
+from rsi.archive import CandidateArchive, Status, candidate_id
+from rsi.pareto import hypervolume
 
 TTFT = "resume_ttft_p95_s"
 RECOMPUTE = "recompute_tokens"
@@ -135,72 +133,22 @@ class SurvivalCandidate:
 
 
 @dataclass
-class SurvivalArchive:
-    """All candidates in insertion order (ids unique; the first writer wins)."""
+class SurvivalArchive(CandidateArchive[SurvivalCandidate]):
+    """The survival track's archive (``rsi.archive.CandidateArchive``; the file says ``kind: survival``)."""
 
-    candidates: list[SurvivalCandidate] = field(default_factory=list)
-    hv_history: list[dict[str, Any]] = field(default_factory=list)
+    KIND: ClassVar[str | None] = "survival"
 
-    def add(self, c: SurvivalCandidate) -> SurvivalCandidate:
-        for existing in self.candidates:
-            if existing.id == c.id:
-                return existing
-        self.candidates.append(c)
-        return c
-
-    def get(self, cid: str) -> SurvivalCandidate:
-        for c in self.candidates:
-            if c.id == cid:
-                return c
-        raise KeyError(cid)
-
-    def with_heldout(self, cid: str, score: SimScore) -> None:
-        new = replace(self.get(cid), heldout=score)
-        self.candidates = [new if c.id == cid else c for c in self.candidates]
-
-    def scored(self, experts: bool = False) -> list[SurvivalCandidate]:
-        return [c for c in self.candidates if c.status is Status.OK and c.train is not None and c.train.ok
-                and c.expert == experts]
-
-    def front(self) -> list[SurvivalCandidate]:
-        """The evolved candidates' Pareto front on train (both objectives minimised)."""
-        return front(self.scored(), lambda c: c.point)
+    @classmethod
+    def _row(cls, d: dict[str, Any]) -> SurvivalCandidate:
+        return SurvivalCandidate.from_dict(d)
 
     def hypervolume(self, ref: tuple[float, float]) -> float:
         """Area dominated by the evolved candidates below ``ref`` = (p95 TTFT, recompute tokens)."""
         return hypervolume([c.point for c in self.scored()], ref[0], -ref[1])
 
-    def failures(self) -> list[SurvivalCandidate]:
-        return [c for c in self.candidates if c.status is not Status.OK]
-
     def best(self, experts: bool = False) -> SurvivalCandidate | None:
         """The best on train (:attr:`SurvivalCandidate.rank_key`) among evolved or expert candidates."""
         return min(self.scored(experts), key=lambda c: c.rank_key, default=None)
-
-    def save(self, path: str | Path) -> None:
-        write_json(path, {"kind": "survival", "candidates": [c.to_dict() for c in self.candidates],
-                          "hypervolume": self.hv_history})
-
-    @classmethod
-    def load(cls, path: str | Path) -> SurvivalArchive:
-        """Read an archive written by :meth:`save`.
-
-        Raises:
-            RunDirError: missing, not JSON, not a survival archive, or a malformed candidate (named).
-        """
-        d = read_json(path, dict)
-        if d.get("kind") != "survival" or not isinstance(d.get("candidates"), list):
-            raise RunDirError(f"{path}: not a survival archive (expected kind 'survival' and a 'candidates' list)",
-                              field=str(path), value=d.get("kind"))
-        out = []
-        for i, row in enumerate(d["candidates"]):
-            try:
-                out.append(SurvivalCandidate.from_dict(row))
-            except (KeyError, TypeError, ValueError, AttributeError) as err:
-                raise RunDirError(f"{path}: candidate {i} is malformed ({type(err).__name__}: {err})",
-                                  field=str(path), value=i) from err
-        hv = d.get("hypervolume", [])
-        return cls(out, hv if isinstance(hv, list) else [])
 
 
 @dataclass(frozen=True)
