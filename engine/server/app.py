@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse
 from engine.engine import Engine
 from engine.errors import AKVError, CapacityError
 from engine.server.limits import BodyLimitMiddleware, ServerLimits, install_error_shape
-from engine.server.metrics import Metrics
+from engine.server.prometheus import Metrics
 from engine.server.routes import ROUTERS
 from engine.server.scheduler import Scheduler, TimeoutError_
 from engine.server.served import Served, error_response, usage_json

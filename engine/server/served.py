@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from engine.engine import Engine
 from engine.plan import TokenUsage
 from engine.server.limits import ServerLimits
-from engine.server.metrics import Metrics
+from engine.server.prometheus import Metrics
 from engine.server.scheduler import Job, Scheduler
 from engine.server.sessions import Sessions
 from engine.server.snapshots import SnapshotStore
