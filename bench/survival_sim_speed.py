@@ -4,7 +4,7 @@
         [--families lru,ttl,...] [--out bench/results/survival-sim-speed.json]
 
 Simulates ``--sessions`` sessions of each trace kind (arrivals at 3/s, a 150,000-token pool,
-a 300,000-token host tier, batches of 64: the cluster setting of ``evals.survival.report``) under
+a 300,000-token host tier, batches of 64: the cluster setting of ``evals.survival.real_vs_sim``) under
 each family, with the *assumed* GPU speeds of :func:`evals.survival.calibration.assumed_gpu`
 (the wall time of the simulator hardly depends on them), and records the wall seconds of each
 run, its turns and requests per second, with the machine's load average. A benchmark, not a test.

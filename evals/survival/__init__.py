@@ -12,7 +12,7 @@ Public surface (the search loop and outside checks rely on these names)::
     m["recompute_tokens"], m["peak_pool_bytes"]
 
 CLI: ``python -m evals.survival.cli`` (``add_parser`` registers ``akv workload``); the report:
-``python -m evals.survival.report``. Trace schema: ``evals.survival.trace``; recorded runs:
+``python -m evals.survival.real_vs_sim``. Trace schema: ``evals.survival.trace``; recorded runs:
 ``evals.survival.importer``; docs/survival.md explains policies, simulator and calibration.
 """
 

@@ -1,6 +1,6 @@
 """The survival report: every policy on two traces, real engine and simulator side by side.
 
-    python -m evals.survival.report [--model gemma-3-270m] [--sessions 6] [--time-scale 0.25]
+    python -m evals.survival.real_vs_sim [--model gemma-3-270m] [--sessions 6] [--time-scale 0.25]
         [--policies lru,ttl,...] [--calibration FILE] [--skip-real] [--cluster-sessions 2000]
 
 Steps: generate a tool-heavy and a memory-tight trace; replay every policy on the real engine
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             prev["noise"] = noise(args, prev, Engine.from_pretrained(prev["model"], threads=args.threads))
         if args.cluster_sessions:
             prev["cluster"] = cluster(prev["policies"], args.cluster_sessions, args.seed)
-        prev["command"] += " && python -m evals.survival.report " + " ".join(sys.argv[1:])
+        prev["command"] += " && python -m evals.survival.real_vs_sim " + " ".join(sys.argv[1:])
         prev["wall_s"] += time.perf_counter() - t0
         return prev
     t0 = time.perf_counter()
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"model": args.model, "sessions": args.sessions, "time_scale": args.time_scale,
                               "token_scale": args.token_scale, "policies": policies, "traces": {}, "errors": {},
                               "calibrations": {},
-                              "command": "python -m evals.survival.report " + " ".join(sys.argv[1:])}
+                              "command": "python -m evals.survival.real_vs_sim " + " ".join(sys.argv[1:])}
     for kind in KINDS:
         trace = generate_trace(kind, args.sessions, args.seed, args.time_scale, token_scale=args.token_scale)
         save_trace(trace, RESULTS / "traces" / f"{kind}-{args.sessions}.jsonl")
@@ -243,7 +243,7 @@ def cluster(policies: Sequence[str], sessions: int, seed: int) -> dict[str, Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m evals.survival.report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m evals.survival.real_vs_sim", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="gemma-3-270m")
     p.add_argument("--sessions", type=int, default=4)
     p.add_argument("--time-scale", type=float, default=0.25)
