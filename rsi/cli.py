@@ -101,17 +101,17 @@ def _live(args: argparse.Namespace) -> int:
 
 def _survival_search(args: argparse.Namespace) -> int:
     if args.evolve:
-        from rsi.survival.evolve import main_cli as evolve
+        from rsi.survival.cli import evolve_cli
 
-        return evolve(args)
+        return evolve_cli(args)
     if args.confirm_replay:
         raise AKVError("--confirm-replay needs --evolve CONFIG", field="confirm_replay", value=args.confirm_replay)
     if not args.trace:
         raise AKVError("survival-search needs a TRACE (tune the families) or --evolve CONFIG (evolve programs)",
                        field="trace", value=None)
-    from rsi.survival.search import main_cli
+    from rsi.survival.cli import search_cli
 
-    return main_cli(args)
+    return search_cli(args)
 
 
 def yaml_reason(err: Exception) -> str:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import random
 import time
@@ -49,12 +48,10 @@ from typing import Any
 
 import optuna
 
-from engine.errors import AKVError, show
+from engine.errors import AKVError
 from evals.survival import SimConfig, Trace, generate_trace, load_calibration, save_trace, simulate
 from evals.survival.calibration import Calibration, assumed_gpu, default_calibration
-from evals.survival.generate import KINDS
 from rsi.archive import Status, candidate_id
-from rsi.config import ProposerConfig
 from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
@@ -68,13 +65,12 @@ from rsi.survival.archive import (
     paired_over_traces,
     score_of,
 )
+from rsi.survival.config import EvolveConfig, TraceSet
 from rsi.survival.proposer import SurvivalLLMProposer, SurvivalMutationProposer, record_requests
 from rsi.tuning import CandidateFailure, make_sampler, study_seed
 from search_spaces import check_program, suggest_params
 from search_spaces.errors import ProgramFailure
 from search_spaces.survival import (
-    SURVIVAL_FAMILIES,
-    SURVIVAL_SEEDS,
     get_survival_family,
     make_survival_policy,
     survival_seed_source,
@@ -82,201 +78,6 @@ from search_spaces.survival import (
 
 log = logging.getLogger("akv.survival")
 optuna.logging.set_verbosity(optuna.logging.ERROR)
-
-
-class EvolveConfigError(AKVError):
-    """A survival-evolution config that cannot run (the message names the field)."""
-
-
-@dataclass(frozen=True)
-class TraceSet:
-    """Traces of ``kinds`` x ``seeds`` with ``sessions`` sessions each (``evals.survival.generate_trace``)."""
-
-    kinds: tuple[str, ...]
-    seeds: tuple[int, ...]
-    sessions: int
-    time_scale: float = 1.0
-    token_scale: float = 1.0
-
-    def ids(self) -> list[tuple[str, int]]:
-        return [(k, s) for k in self.kinds for s in self.seeds]
-
-
-@dataclass(frozen=True)
-class EvolveConfig:
-    """A survival-evolution run (see ``experiments/survival-evolve.yaml`` for every field)."""
-
-    train: TraceSet
-    heldout: TraceSet
-    name: str = "survival-evolve"
-    seed: int = 0
-    calibration: str = "assumed-gpu"
-    pool_tokens: int | None = None
-    host_tokens: int | None = None
-    max_batch: int = 4
-    seeds: tuple[str, ...] = SURVIVAL_SEEDS
-    families: tuple[str, ...] = tuple(SURVIVAL_FAMILIES)
-    generations: int = 2
-    per_generation: int = 4
-    parents: int = 3
-    trials: int = 8
-    cascade_traces: int = 1
-    max_calls_per_turn: int = 20
-    bootstrap_samples: int = 2000
-    tracking: bool = True
-    llm: ProposerConfig | None = None  # proposer.kind: llm (None: the mutation proposer)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = json.loads(json.dumps(asdict(self)))
-        if d["llm"] is None:
-            del d["llm"]  # (config.json of a mutation run reads as before the field existed)
-        return d
-
-
-_TOP = {"name", "seed", "train", "heldout", "simulator", "seeds", "families", "generations", "proposer", "optuna",
-        "cascade", "bootstrap_samples", "tracking"}
-
-
-def _int(raw: Mapping[str, Any], key: str, where: str, default: int, low: int) -> int:
-    v = raw.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise EvolveConfigError(f"{where}{key} must be an integer >= {low}, got {show(v)}", field=key, value=v)
-    return v
-
-
-def _section(raw: Mapping[str, Any], key: str, allowed: set[str]) -> Mapping[str, Any]:
-    v = raw.get(key, {})
-    if not isinstance(v, Mapping):
-        raise EvolveConfigError(f"{key} must be a mapping, got {show(v)}", field=key, value=v)
-    extra = set(v) - allowed
-    if extra:
-        raise EvolveConfigError(f"{key}: unknown field {sorted(extra)[0]!r}; valid fields: "
-                                f"{', '.join(sorted(allowed))}", field=key, value=sorted(extra)[0])
-    return v
-
-
-def _traces(raw: Mapping[str, Any], key: str) -> TraceSet:
-    sec = _section(raw, key, {"kinds", "seeds", "sessions", "time_scale", "token_scale"})
-    kinds, seeds = sec.get("kinds"), sec.get("seeds")
-    if not isinstance(kinds, list) or not kinds or any(k not in KINDS for k in kinds):
-        raise EvolveConfigError(f"{key}.kinds must be a non-empty list of {', '.join(KINDS)}, got {show(kinds)}",
-                                field=f"{key}.kinds", value=kinds)
-    if not isinstance(seeds, list) or not seeds or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
-        raise EvolveConfigError(f"{key}.seeds must be a non-empty list of integers, got {show(seeds)}",
-                                field=f"{key}.seeds", value=seeds)
-    scales = []
-    for name in ("time_scale", "token_scale"):
-        v = sec.get(name, 1.0)
-        if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
-            raise EvolveConfigError(f"{key}.{name} must be a positive number, got {show(v)}", field=f"{key}.{name}",
-                                    value=v)
-        scales.append(float(v))
-    return TraceSet(tuple(kinds), tuple(seeds), _int(sec, "sessions", f"{key}.", 6, 1), scales[0], scales[1])
-
-
-def config_from_dict(raw: Any) -> EvolveConfig:
-    """Parse a config mapping (the YAML file's content).
-
-    Raises:
-        EvolveConfigError: an unknown or bad field (named), unknown seeds or families, or held-out
-            traces that repeat a train trace.
-    """
-    if not isinstance(raw, Mapping):
-        raise EvolveConfigError(f"a survival-evolve config is a mapping, got {show(raw)}", field="config", value=raw)
-    extra = set(raw) - _TOP
-    if extra:
-        raise EvolveConfigError(f"unknown field {sorted(extra)[0]!r}; valid fields: {', '.join(sorted(_TOP))}",
-                                field=sorted(extra)[0], value=sorted(extra)[0])
-    train, held = _traces(raw, "train"), _traces(raw, "heldout")
-    shared = set(train.ids()) & set(held.ids())
-    if shared:
-        kind, seed = sorted(shared)[0]
-        raise EvolveConfigError(f"held-out trace {kind}/{seed} is also a train trace; held-out needs other seeds",
-                                field="heldout.seeds", value=seed)
-    sim = _section(raw, "simulator", {"calibration", "pool_tokens", "host_tokens", "max_batch",
-                                      "max_calls_per_turn"})
-    prop = _section(raw, "proposer", {"per_generation", "parents", "kind", *LLM_KEYS})
-    llm = _llm(prop)
-    opt = _section(raw, "optuna", {"trials"})
-    cas = _section(raw, "cascade", {"traces"})
-    seeds = tuple(raw.get("seeds", SURVIVAL_SEEDS))
-    for s in seeds:
-        if s not in SURVIVAL_SEEDS:
-            raise EvolveConfigError(f"unknown survival seed {show(s)}; valid seeds: {', '.join(SURVIVAL_SEEDS)}",
-                                    field="seeds", value=s)
-    families = tuple(raw.get("families", SURVIVAL_FAMILIES))
-    for f in families:
-        get_survival_family(f)
-    pools = []
-    for key in ("pool_tokens", "host_tokens"):
-        v = sim.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise EvolveConfigError(f"simulator.{key} must be an integer >= 0 or null, got {show(v)}",
-                                    field=f"simulator.{key}", value=v)
-        pools.append(v)
-    cal = sim.get("calibration", "assumed-gpu")
-    if not isinstance(cal, str) or not cal:
-        raise EvolveConfigError(f"simulator.calibration must be 'assumed-gpu', a model name or a file, got {show(cal)}",
-                                field="simulator.calibration", value=cal)
-    tracking = raw.get("tracking", True)
-    if not isinstance(tracking, bool):
-        raise EvolveConfigError(f"tracking must be true or false, got {show(tracking)}", field="tracking",
-                                value=tracking)
-    name = raw.get("name", "survival-evolve")
-    if not isinstance(name, str) or not name:
-        raise EvolveConfigError(f"name must be a non-empty string, got {show(name)}", field="name", value=name)
-    cascade = _int(cas, "traces", "cascade.", 1, 0)
-    if cascade >= len(train.ids()):
-        cascade = 0  # a first stage on every train trace is no cheaper stage
-    return EvolveConfig(train, held, name, _int(raw, "seed", "", 0, 0), cal, pools[0], pools[1],
-                        _int(sim, "max_batch", "simulator.", 4, 1), seeds, families,
-                        _int(raw, "generations", "", 2, 0), _int(prop, "per_generation", "proposer.", 4, 1),
-                        _int(prop, "parents", "proposer.", 3, 1), _int(opt, "trials", "optuna.", 8, 1), cascade,
-                        _int(sim, "max_calls_per_turn", "simulator.", 20, 1),
-                        _int(raw, "bootstrap_samples", "", 2000, 100), tracking, llm)
-
-
-LLM_KEYS = frozenset({"base_url", "model", "api_key_env", "max_tokens", "temperature", "budget_usd", "budget_tokens",
-                      "price_in", "price_out", "timeout_s"})
-"""The ``proposer`` keys of ``kind: llm`` (as the cache search's ``rsi.config.ProposerConfig``)."""
-
-
-def _llm(prop: Mapping[str, Any]) -> ProposerConfig | None:
-    """The LLM proposer's settings (``None`` for ``kind: mutation``, the default)."""
-    kind = prop.get("kind", "mutation")
-    if kind not in ("mutation", "llm"):
-        raise EvolveConfigError(f"proposer.kind must be mutation or llm, got {show(kind)}", field="proposer.kind",
-                                value=kind)
-    given = {k: v for k, v in prop.items() if k in LLM_KEYS}
-    if kind == "mutation":
-        if given:
-            key = sorted(given)[0]
-            raise EvolveConfigError(f"proposer.{key} is a setting of proposer.kind: llm, and kind is mutation",
-                                    field=f"proposer.{key}", value=given[key])
-        return None
-    for key in ("base_url", "model"):
-        if not isinstance(given.get(key), str) or not given[key]:
-            raise EvolveConfigError(f"proposer.kind: llm needs proposer.{key}, got {show(given.get(key))}",
-                                    field=f"proposer.{key}", value=given.get(key))
-    try:
-        return ProposerConfig(kind="llm", **given)
-    except TypeError as err:
-        raise EvolveConfigError(f"proposer: {err}", field="proposer", value=None) from None
-
-
-def load_config(path: str | Path) -> EvolveConfig:
-    """Read a YAML config (see :func:`config_from_dict`)."""
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise EvolveConfigError(f"config {str(p)!r} does not exist", field="config", value=str(p))
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        raise EvolveConfigError(f"config {str(p)!r} is not YAML: {str(err).splitlines()[0]}", field="config",
-                                value=str(p)) from None
-    return config_from_dict(raw)
 
 
 def calibration_of(name: str) -> Calibration:
@@ -342,8 +143,8 @@ def policy_key(spec: str, program: str, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-_KEEP = ("ok", "error", "status", TTFT, RECOMPUTE, "jct_mean_s", "jct_p95_s", "resume_ttft_p50_s", "peak_pool_bytes",
-         "prefill_tokens", "evicted_tokens", "swap_out_bytes", "discarded_tokens", "actions")
+KEPT_METRICS = ("ok", "error", "status", TTFT, RECOMPUTE, "jct_mean_s", "jct_p95_s", "resume_ttft_p50_s",
+                "peak_pool_bytes", "prefill_tokens", "evicted_tokens", "swap_out_bytes", "discarded_tokens", "actions")
 
 
 # ---------------------------------------------------------------------------------------------- tuning
@@ -488,7 +289,7 @@ class SurvivalEvolution:
                     full = {"ok": False, "error": str(err), "status": "invalid"}
                 else:
                     full = simulate(tr, budget, self.sim)
-                m = {k: full.get(k) for k in _KEEP}
+                m = {k: full.get(k) for k in KEPT_METRICS}
                 self.store.put(key, m)
                 self.store.simulated += 1
             out.append(m)
@@ -719,117 +520,3 @@ class SurvivalEvolution:
     def _track(self, c: SurvivalCandidate, source: str | None) -> None:
         if self.tracker is not None:
             self.tracker.candidate(c, source, [])
-
-
-# ---------------------------------------------------------------------------------------------- replay
-
-
-def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall",
-                   engine: Any = None, say: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Replay the ``top`` best candidates on held-out (evolved and tuned families together, by mean
-    p95 resume TTFT then recompute tokens on held-out) on the real engine, on every held-out trace,
-    and write ``confirm.json``: per candidate the simulated and replayed means and per-trace metrics
-    (rewritten after each candidate, so a crash keeps the candidates done). ``say`` hears a line
-    before and after each replay (a wall-clock replay lasts as long as the trace's tool gaps).
-
-    Raises:
-        RunDirError: ``run_dir`` holds no finished survival run.
-    """
-    from evals.survival import ReplayConfig, load_trace, replay
-
-    run = Path(run_dir)
-    archive = SurvivalArchive.load(run / "archive.json")
-    config = config_from_dict_json(read_json(run / "config.json", dict))
-    held = [c for c in archive.candidates if c.heldout is not None and c.heldout.ok]
-    if not held:
-        raise RunDirError(f"{run} has no candidate with a held-out result; run the search first", field="run_dir",
-                          value=str(run))
-    ranked = sorted(held, key=lambda c: (c.heldout.resume_ttft_p95_s, c.heldout.recompute_tokens, c.label))  # type: ignore[union-attr]
-    traces = [(f"heldout-{k}-s{s}", load_trace(run / "traces" / f"heldout-{k}-s{s}.jsonl"))
-              for k, s in config.heldout.ids()]
-    rcfg = ReplayConfig(model=model, pool_tokens=config.pool_tokens, host_tokens=config.host_tokens,
-                        max_batch=config.max_batch, clock=clock)
-    if engine is None:
-        from engine import Engine
-
-        engine = Engine.from_pretrained(model)
-    rows: list[dict[str, Any]] = []
-    chosen = ranked[:top]
-    for rank, c in enumerate(chosen, 1):
-        source = (run / "programs" / f"{c.program}.py").read_text() if c.spec == "program" else None
-        spec = {"source": source, "params": c.params} if source is not None else {"name": c.spec, "params": c.params}
-        per: list[dict[str, Any]] = []
-        for tid, tr in traces:
-            done = len(rows) * len(traces) + len(per)
-            step = f"replay {done + 1}/{len(chosen) * len(traces)}: #{rank} {c.label} on {tid}"
-            if say is not None:
-                say(f"{step} ({clock} clock)...")
-            t0 = time.perf_counter()
-            r = replay(tr, spec, rcfg, engine=engine)
-            per.append({"trace": tid, **{k: r.get(k) for k in _KEEP}})
-            if say is not None:
-                say(f"{step}: done in {time.perf_counter() - t0:.0f} s")
-        rs = score_of(per)
-        rows.append({"rank": rank, "label": c.label, "id": c.id, "expert": c.expert, "model": model, "clock": clock,
-                     "simulated": c.heldout.to_dict() if c.heldout else None, "replayed": rs.to_dict(),
-                     "per_trace": per})
-        write_json(run / "confirm.json", rows)
-    return rows
-
-
-def config_from_dict_json(d: Mapping[str, Any]) -> EvolveConfig:
-    """An :class:`EvolveConfig` from its ``to_dict`` form (``config.json``)."""
-    t, h = d["train"], d["heldout"]
-    fields: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()
-                              if k not in ("train", "heldout", "llm")}
-    if d.get("llm") is not None:
-        fields["llm"] = ProposerConfig(**d["llm"])
-    return EvolveConfig(TraceSet(tuple(t["kinds"]), tuple(t["seeds"]), t["sessions"], t["time_scale"],
-                                 t["token_scale"]),
-                        TraceSet(tuple(h["kinds"]), tuple(h["seeds"]), h["sessions"], h["time_scale"],
-                                 h["token_scale"]), **fields)
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def describe_headline(h: Mapping[str, Any]) -> list[str]:
-    """The headline in words (what the CLI prints and the report shows)."""
-    if not h.get("comparison"):
-        return [f"No headline comparison: {h.get('reason', 'nothing to compare')}."]
-    lines = [f"{h['policy']}{' (a seed program, not an evolved one)' if h.get('policy_is_seed') else ''} vs "
-             f"{h['versus']} on {len(h['heldout_traces'])} held-out traces (paired over traces, 95% bootstrap):"]
-    for key, unit in ((TTFT, "s"), (RECOMPUTE, "tokens")):
-        m = h["metrics"][key]
-        verdict = ("significantly " + ("lower" if m["delta_ci95"][1] < 0 else "higher")) if m["significant"] else \
-            "not significant"
-        lines.append(f"  {key}: {m['mean_a']:.4g} vs {m['mean_b']:.4g} {unit} per trace, difference "
-                     f"{m['delta']:+.4g} [{m['delta_ci95'][0]:+.4g}, {m['delta_ci95'][1]:+.4g}], "
-                     f"{m['delta_pct']:+.1f}% [{m['delta_pct_ci95'][0]:+.1f}, {m['delta_pct_ci95'][1]:+.1f}]; "
-                     f"{verdict}")
-    return lines
-
-
-def main_cli(args: Any) -> int:
-    """``akv survival-search --evolve CONFIG --run-dir DIR [--confirm-replay N --model M]``."""
-    config = load_config(args.evolve)
-    run_dir = Path(args.run_dir or f"runs/{config.name}")
-    tracker = None
-    if config.tracking:
-        from rsi.survival.tracking import SurvivalTracker
-
-        tracker = SurvivalTracker(run_dir, config.name)
-    evo = SurvivalEvolution(config, run_dir, tracker=tracker, say=lambda text: print(text, flush=True))
-    res = evo.run()
-    for line in describe_headline(res.headline):
-        print(line)
-    print(f"{res.seconds:.1f} s ({res.simulations} simulations, {res.pruned} trials pruned by the cascade); "
-          f"report {(run_dir / 'report.html').resolve()}")
-    if args.confirm_replay:
-        rows = confirm_replay(run_dir, args.confirm_replay, args.model, args.confirm_clock,
-                              say=lambda text: print(text, flush=True))
-        for r in rows:
-            s, p = r["simulated"] or {}, r["replayed"]
-            print(f"replay #{r['rank']} {r['label']}: p95 resume TTFT simulated {s.get(TTFT)} s, replayed "
-                  f"{p[TTFT]} s; recompute simulated {s.get(RECOMPUTE)}, replayed {p[RECOMPUTE]}")
-    return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import matplotlib.pyplot as plt
 from rsi.pareto import front
 from rsi.proposers.bandit import operator_table
 from rsi.report import _img, _table
-from rsi.survival.archive import SurvivalArchive, SurvivalCandidate
+from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, SurvivalCandidate
 
 MARKERS = "sD^v<>phP"
 
@@ -80,8 +81,6 @@ def _row(c: SurvivalCandidate) -> dict[str, Any]:
 
 def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for a survival run; returns the figure paths."""
-    from rsi.survival.evolve import describe_headline
-
     run = Path(run_dir)
     archive = SurvivalArchive.load(run / "archive.json")
     config = json.loads((run / "config.json").read_text())
@@ -147,3 +146,20 @@ headline.json.</p>
 </body></html>"""
     (run / "report.html").write_text(page)
     return list(paths.values())
+
+
+def describe_headline(h: Mapping[str, Any]) -> list[str]:
+    """The headline in words (what the CLI prints and the report shows)."""
+    if not h.get("comparison"):
+        return [f"No headline comparison: {h.get('reason', 'nothing to compare')}."]
+    lines = [f"{h['policy']}{' (a seed program, not an evolved one)' if h.get('policy_is_seed') else ''} vs "
+             f"{h['versus']} on {len(h['heldout_traces'])} held-out traces (paired over traces, 95% bootstrap):"]
+    for key, unit in ((TTFT, "s"), (RECOMPUTE, "tokens")):
+        m = h["metrics"][key]
+        verdict = ("significantly " + ("lower" if m["delta_ci95"][1] < 0 else "higher")) if m["significant"] else \
+            "not significant"
+        lines.append(f"  {key}: {m['mean_a']:.4g} vs {m['mean_b']:.4g} {unit} per trace, difference "
+                     f"{m['delta']:+.4g} [{m['delta_ci95'][0]:+.4g}, {m['delta_ci95'][1]:+.4g}], "
+                     f"{m['delta_pct']:+.1f}% [{m['delta_pct_ci95'][0]:+.1f}, {m['delta_pct_ci95'][1]:+.1f}]; "
+                     f"{verdict}")
+    return lines

@@ -28,7 +28,7 @@ import optuna
 
 from evals.survival import SimConfig, load_trace, simulate
 from rsi.rundir import write_text
-from search_spaces.survival.registry import SURVIVAL_FAMILIES, get_survival_family
+from search_spaces.survival.registry import get_survival_family
 
 OBJECTIVE = "resume_ttft_p95_s"
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # every trial is written to trials.jsonl instead
@@ -111,13 +111,3 @@ def table(results: Sequence[FamilyResult]) -> str:
         rows.append(f"{r.family:<18} {r.trials:>6} {r.failed:>6} {r.defaults.get(OBJECTIVE, float('nan')):>18.3f} "
                     f"{r.best[OBJECTIVE]:>15.3f} {r.best['recompute_tokens']:>16} {r.best['jct_mean_s']:>15.2f}")
     return "\n".join(rows)
-
-
-def main_cli(args: Any) -> int:
-    families = [f.strip() for f in args.survival.split(",") if f.strip()] if args.survival else list(SURVIVAL_FAMILIES)
-    config = SimConfig(pool_tokens=args.pool_tokens, host_tokens=args.host_tokens, max_batch=args.max_batch)
-    t0 = time.perf_counter()
-    results = run(args.trace, families, args.trials, args.out, args.seed, config)
-    print(table(results))
-    print(f"{time.perf_counter() - t0:.1f} s; trials and summary in {Path(args.out).resolve()}")
-    return 0

@@ -19,7 +19,8 @@ from rsi.archive import Status
 from rsi.cli import main
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, paired_over_traces
-from rsi.survival.evolve import EvolveConfigError, SurvivalEvolution, config_from_dict, load_config
+from rsi.survival.config import EvolveConfigError, config_from_dict, load_config
+from rsi.survival.evolve import SurvivalEvolution
 from rsi.survival.proposer import Recorder, SurvivalMutationProposer, record_requests
 from search_spaces.survival import get_survival_policy, make_survival_policy, survival_seed_source
 
@@ -234,7 +235,7 @@ def test_exported_module_refuses_a_tampered_program(tiny_run, tmp_path):
 
 
 def test_confirm_replay_runs_the_top_candidates_on_the_real_engine(tiny, tmp_path):
-    from rsi.survival.evolve import confirm_replay
+    from rsi.survival.confirm import confirm_replay
 
     raw = {**TINY, "seeds": ["ttl"], "families": ["lru"], "generations": 0, "optuna": {"trials": 1},
            "train": {"kinds": ["tool-heavy"], "seeds": [0], "sessions": 2, "time_scale": 0.002, "token_scale": 0.1},
@@ -270,7 +271,7 @@ SURVIVAL_BAD = ("import os\n\ndef decide(request, params):\n    os.system('echo 
 
 
 def test_llm_config_is_checked_and_round_trips(tmp_path):
-    from rsi.survival.evolve import config_from_dict_json
+    from rsi.survival.config import config_from_dict_json
 
     llm = {**TINY, "proposer": {"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                                 "per_generation": 2, "budget_tokens": 5000}}
