@@ -94,9 +94,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _live(args: argparse.Namespace) -> int:
-    from evals.cache.live import main_cli
+    from evals.cache.cli import live_cli
 
-    return main_cli(args, _parse_params(args.params or []))
+    return live_cli(args, _parse_params(args.params or []))
 
 
 def _survival_search(args: argparse.Namespace) -> int:

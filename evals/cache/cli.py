@@ -11,13 +11,15 @@ import argparse
 import ast
 import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from engine.errors import AKVError
+from engine.files import atomic_write
 from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
 from evals.cache.probes import ProbeFormat
 from evals.cache.scoring import wilson_interval
@@ -351,3 +353,31 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
         _plot(rows, args.plot or str(out.with_suffix(".png")))
     print(f"results: {out.resolve()} (per task: {out.with_suffix('.parquet')})")
     return 0
+
+
+def live_cli(args: Any, params: Mapping[str, Any]) -> int:
+    """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON."""
+    from engine.remote import RemoteEngine
+    from engine.settings import settings
+    from evals.cache.live import LiveConfig, run_live, summary
+    from search_spaces import get_policy
+
+    tasks = select_suite(args.suite, args.split, args.limit)
+    policy = None if args.policy == "full" else get_policy(args.policy, **params)
+    label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
+    run_dir = Path(args.run_dir or f"runs/live-{label}")
+    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
+    api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
+    with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
+                      api_key=api_key) as engine:
+        results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
+    s = summary(results)
+    print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "
+          f"[{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], contains {s['contains_rate']:.3f}, "
+          f"cost {s['cost_cents_mean']:.4f} c/episode, {s['steps_mean']:.1f} steps, tools {s['tool_calls']}, "
+          f"invalid calls {s['invalid_calls']}, errors {s['errors']}")
+    out = Path(args.out or run_dir / "live.json")
+    atomic_write(out, json.dumps({"summary": s, "config": asdict(config), "policy": label, "endpoint": args.endpoint,
+                                  "episodes": [r.to_row() for r in results]}, indent=1).encode())
+    print(f"episodes and checkpoints in {run_dir}; results: {out}")
+    return 1 if s["errors"] else 0

@@ -343,32 +343,3 @@ def summary(results: Iterable[LiveResult]) -> dict[str, Any]:
             "steps_mean": sum(r.steps for r in rs) / n, "submitted": sum(r.submitted for r in rs),
             "tool_calls": dict(Counter(c for r in rs for c in r.tool_calls)),
             "invalid_calls": sum(r.invalid_calls for r in rs), "errors": sum(r.error is not None for r in rs)}
-
-
-def main_cli(args: Any, params: Mapping[str, Any]) -> int:
-    """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON."""
-    from engine.remote import RemoteEngine
-    from engine.settings import settings
-    from evals.cache.cli import select_suite
-    from search_spaces import get_policy
-
-    tasks = select_suite(args.suite, args.split, args.limit)
-    policy = None if args.policy == "full" else get_policy(args.policy, **params)
-    label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
-    run_dir = Path(args.run_dir or f"runs/live-{label}")
-    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
-    api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
-    with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
-                      api_key=api_key) as engine:
-        results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
-    s = summary(results)
-    print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "
-          f"[{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], contains {s['contains_rate']:.3f}, "
-          f"cost {s['cost_cents_mean']:.4f} c/episode, {s['steps_mean']:.1f} steps, tools {s['tool_calls']}, "
-          f"invalid calls {s['invalid_calls']}, errors {s['errors']}")
-    out = Path(args.out or run_dir / "live.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"summary": s, "config": asdict(config), "policy": label, "endpoint": args.endpoint,
-                               "episodes": [r.to_row() for r in results]}, indent=1))
-    print(f"episodes and checkpoints in {run_dir}; results: {out}")
-    return 1 if s["errors"] else 0

@@ -177,7 +177,7 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
     import argparse
 
     from engine.server.tenants import Tenants
-    from evals.cache.live import main_cli
+    from evals.cache.cli import live_cli as main_cli
 
     served = Engine(tiny.model, tiny.tokenizer, "gemma", name=tiny.name)
     probe = {"after_message": 9, "question": "Where does order 4821 ship from?", "answer": "Osprey"}
