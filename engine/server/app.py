@@ -93,8 +93,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         if err.get("type") == "json_invalid":
             return error_response(400, f"malformed JSON body: {err.get('ctx', {}).get('error', err.get('msg'))}",
                                   "invalid_request_error", "body", "json_invalid")
-        value = err.get("input")
-        shown = json.dumps(value)[:80] if value is not None else "missing"
+        shown = "missing" if err.get("type") == "missing" else json.dumps(err.get("input"), default=str)[:80]
         return error_response(400, f"{loc or 'body'}: {err.get('msg', 'invalid')} (got {shown})",
                               "invalid_request_error", loc or None, err.get("type"))
 

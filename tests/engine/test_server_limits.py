@@ -306,3 +306,12 @@ def test_early_length_checks_never_refuse_a_repositioned_history_that_fits(tiny,
         assert_openai_error(too_long.status_code, too_long.json(), 413, "messages")
         no_schedule = httpx.post(srv.base_url + CHAT, json={"messages": msgs, "max_tokens": 4}, timeout=120)
         assert_openai_error(no_schedule.status_code, no_schedule.json(), 413, "messages")
+
+
+def test_a_null_is_shown_as_null_and_a_missing_field_as_missing(server):
+    """The 400 message shows what was sent: ``null`` for an explicit null (not "missing"), and
+    "missing" for a field that is absent (not the whole body)."""
+    status, body = raw_post(server, CHAT, b'{"messages": [{"role": "user", "content": "hi"}], "ignore_eos": null}')
+    assert assert_openai_error(status, body, 400, "ignore_eos")["message"].endswith("(got null)")
+    status, body = raw_post(server, CHAT, b'{"max_tokens": 2}')
+    assert assert_openai_error(status, body, 400, "messages")["message"].endswith("(got missing)")
