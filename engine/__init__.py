@@ -6,7 +6,7 @@ Public surface (other packages and outside checks rely on these names)::
     eng = Engine.from_pretrained("gemma-3-270m")   # or "tiny-random", or a local path
     r = eng.render(messages)                        # r.token_ids, r.spans
     c = eng.chat(messages, schedule={"drop_message": {"7": [3]}, "reposition": [7]}, max_tokens=8)
-    c.text, c.token_ids, c.usage
+    c.text, c.token_ids, c.usage                    # chat options: engine.ChatOptions (one list, every engine)
 
     remote = RemoteEngine("http://127.0.0.1:30000", "tiny-random")   # the same interface over HTTP
 """
@@ -26,7 +26,7 @@ from engine.errors import (
     SnapshotError,
 )
 from engine.history import REPOSITION, Drop, History, Reposition, replay
-from engine.interface import ChatEngine
+from engine.interface import ChatEngine, ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
@@ -40,6 +40,7 @@ __all__ = [
     "Accountant",
     "CapacityError",
     "ChatEngine",
+    "ChatOptions",
     "ChatResult",
     "ContextLengthError",
     "Drop",
