@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.errors import AKVError
+
 
 @dataclass(frozen=True)
 class Drop:
@@ -264,5 +266,13 @@ def intersect_ranges(
 
 
 def salted(items: Sequence[Item], salt: str | None) -> list[Item]:
-    """``items`` in ``salt``'s namespace: led by ``Salt(salt)``, or unchanged when ``salt`` is None."""
-    return list(items) if salt is None else [Salt(salt), *items]
+    """``items`` in ``salt``'s namespace: led by ``Salt(salt)``, or unchanged when ``salt`` is None.
+
+    Raises:
+        AKVError: a salt that is not a string (named by its type only: a salt may name a tenant).
+    """
+    if salt is None:
+        return list(items)
+    if not isinstance(salt, str):
+        raise AKVError(f"salt must be a string or None, got a {type(salt).__name__}", field="salt", value=None)
+    return [Salt(salt), *items]

@@ -228,3 +228,12 @@ def test_a_scratch_cache_starts_cold_and_gives_the_engine_its_own_cache_back(tin
     eng.clear_cache()
     assert eng.chat(msgs, max_tokens=1).usage.cached_tokens == 0
     assert eng.swap_bandwidth(n_tokens=8, repeats=1) > 0
+
+
+@pytest.mark.parametrize("salt", [5, b"tenant", ["t"], True])
+def test_a_salt_that_is_not_a_string_is_refused_without_showing_it(tiny, salt):
+    eng = fresh(tiny)
+    with pytest.raises(AKVError, match=f"salt must be a string or None, got a {type(salt).__name__}") as err:
+        eng.chat(trajectory(2), max_tokens=1, salt=salt)
+    assert err.value.field == "salt" and "tenant" not in str(err.value)
+    assert eng.chat(trajectory(2), max_tokens=1, salt="tenant-a").usage.prompt_tokens > 0
