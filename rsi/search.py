@@ -433,10 +433,10 @@ class Search:
     def _proposals(self, g: int, parents: list[ParentView], proposer: Proposer, rng: random.Random) -> list[Proposal]:
         saved = self.files.proposals_of(g)
         if saved is not None:  # resume: the proposals of this generation were made before
-            return [Proposal(p["source"], tuple(p["parents"]), p["proposer"], str(p.get("note", ""))) for p in saved]
+            return [Proposal.from_row(p) for p in saved]
         self.seen |= {c.program for c in self.archive.candidates}
         proposals = proposer.propose(parents, self.archive, self.config.proposer.per_generation, rng, self.seen)
-        self.files.save_proposals(g, [p.__dict__ | {"parents": list(p.parents)} for p in proposals])
+        self.files.save_proposals(g, [p.to_row() for p in proposals])
         self.files.write("proposer_stats.json", proposer.stats.to_dict())
         return proposals
 

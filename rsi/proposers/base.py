@@ -33,6 +33,15 @@ class Proposal:
     proposer: str
     note: str = ""
 
+    def to_row(self) -> dict[str, Any]:
+        """The JSON form saved in ``proposals/g<N>.json`` (``rsi.rundir.RunDir.save_proposals``)."""
+        return {"source": self.source, "parents": list(self.parents), "proposer": self.proposer, "note": self.note}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Proposal:
+        """A proposal from a row that ``rsi.rundir.read_proposals`` has checked."""
+        return cls(row["source"], tuple(row["parents"]), row["proposer"], str(row.get("note", "")))
+
 
 @dataclass(frozen=True)
 class ParentView:

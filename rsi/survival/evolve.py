@@ -55,7 +55,7 @@ from rsi.archive import Status, candidate_id
 from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
-from rsi.rundir import RunDirError, read_json, write_json, write_text
+from rsi.rundir import RunDir, RunDirError, read_json, write_json
 from rsi.survival.archive import (
     RECOMPUTE,
     TTFT,
@@ -244,6 +244,7 @@ class SurvivalEvolution:
             raise RunDirError(f"{self.run_dir} holds a run with another config; use a new run directory",
                               field="run_dir", value=str(self.run_dir))
         write_json(cfg_path, config.to_dict())
+        self.files = RunDir(self.run_dir)
         for sub in ("programs", "proposals", "traces"):
             (self.run_dir / sub).mkdir(exist_ok=True)
         self.store = SimStore(self.run_dir / "evaluations.jsonl")
@@ -296,7 +297,7 @@ class SurvivalEvolution:
         return out
 
     def _source(self, c: SurvivalCandidate) -> str | None:
-        return (self.run_dir / "programs" / f"{c.program}.py").read_text() if c.spec == "program" else None
+        return self.files.program(c.program) if c.spec == "program" else None
 
     def runs(self, c: SurvivalCandidate, split: str) -> list[dict[str, Any]]:
         """``c``'s per-trace simulator metrics on ``split`` (``train`` or ``heldout``)."""
@@ -388,7 +389,7 @@ class SurvivalEvolution:
                       note: str = "") -> None:
         sha = source_hash(source)
         self.seen.add(sha)
-        write_text(self.run_dir / "programs" / f"{sha}.py", source)
+        self.files.save_program(sha, source)
         check = check_program(source)
         if not check.ok:
             c = self.archive.add(SurvivalCandidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer,
@@ -425,15 +426,14 @@ class SurvivalEvolution:
     def _generation(self, g: int, proposer: Proposer) -> None:
         rng = random.Random(f"{self.config.seed}-{g}")
         parents = self._parents()
-        path = self.run_dir / "proposals" / f"g{g}.json"
-        if path.exists():
-            proposals = [Proposal(p["source"], tuple(p["parents"]), p["proposer"], p.get("note", ""))
-                         for p in read_json(path, list)]
+        saved = self.files.proposals_of(g)
+        if saved is not None:  # resume: checked rows (a malformed one names its file)
+            proposals = [Proposal.from_row(p) for p in saved]
         else:
             self.seen |= {c.program for c in self.archive.candidates}
             proposals = proposer.propose(parents, self.archive, self.config.per_generation, rng, self.seen)  # type: ignore[arg-type]
-            write_json(path, [p.__dict__ | {"parents": list(p.parents)} for p in proposals])
-            write_json(self.run_dir / "proposer_stats.json", proposer.stats.to_dict())
+            self.files.save_proposals(g, [p.to_row() for p in proposals])
+            self.files.write("proposer_stats.json", proposer.stats.to_dict())
         self.say(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents")
         for i, p in enumerate(proposals):
             self._tune_program(p.source, f"g{g}-p{i}", g, p.parents, p.proposer, p.note)
