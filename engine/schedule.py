@@ -272,7 +272,8 @@ _RULE_KINDS = {"message_drop": DropKind.MESSAGE, "thinking_drop": DropKind.THINK
 def _parse_rule(rule: Any, where: str, out: dict[int, list[DropTarget]]) -> None:
     if not isinstance(rule, Mapping):
         raise ScheduleError(f"{where} must be an object, got {show(rule)}", field=where, value=rule)
-    kind = _RULE_KINDS.get(rule.get("type"))  # type: ignore[arg-type]
+    rule_type = rule.get("type")
+    kind = _RULE_KINDS.get(rule_type) if isinstance(rule_type, str) else None  # a list or dict is unhashable
     if kind is None:
         raise ScheduleError(f"{where}.type must be one of {', '.join(_RULE_KINDS)}, got {show(rule.get('type'))}",
                             field=f"{where}.type", value=rule.get("type"))
