@@ -1,9 +1,10 @@
 """What a search's screen costs, everything included: ``python -m bench.screen_speed [--suite horizon]
 [--tasks 6] [--trials 32]``.
 
-For each seed program, a real proxy study (:func:`rsi.tuning.tune` with a :class:`Screen`, journal
-storage, TPE) of ``--trials`` trials on the first ``--tasks`` train tasks, each trial drawing its
-parameters with ``space()`` in the sandbox and predicting every task at the zero-forward fidelity.
+For each seed program, a real proxy study (:func:`rsi.tuning.tune` with a :class:`Screen`, TPE, the
+study written to a journal when it ends and the model study in sqlite, as in a search) of
+``--trials`` trials on the first ``--tasks`` train tasks, each trial drawing its parameters with
+``space()`` in the sandbox and predicting every task at the zero-forward fidelity.
 The first trial of a program starts its sandbox process; later ones reuse it, as in a search.
 Reported per policy-task: the whole study, the proxy's evaluations, and ``space()`` with Optuna.
 This is the figure a search's own speed ratio uses (``fidelity.json`` "speed").
@@ -28,9 +29,15 @@ from rsi.tuning import Screen, make_storage, tune
 
 
 def screen_speed(proxy: ProxyReplay, tasks: list[Task], programs: list[PolicySpec], trials: int) -> dict[str, Any]:
-    """Per program and over all: ms per policy-task of the whole screen, and its split."""
+    """Per program and over all: ms per policy-task of the whole screen, and its split. The programs
+    share one storage, made before the clock starts (a search has made it before its first screen)."""
+    import optuna
+
     rows: list[dict[str, Any]] = []
-    for spec in programs:
+    tmp = tempfile.TemporaryDirectory()
+    store, screens = make_storage("sqlite", Path(tmp.name)), make_storage("journal", Path(tmp.name), "optuna-proxy")
+    optuna.create_study(study_name="warm-up", storage=store)
+    for i, spec in enumerate(programs):
         spent: list[float] = []
         evaluated, evaluate_s = [0], [0.0]
 
@@ -42,14 +49,14 @@ def screen_speed(proxy: ProxyReplay, tasks: list[Task], programs: list[PolicySpe
             evaluated[0] += len(results)
             return results
 
-        with tempfile.TemporaryDirectory() as tmp:
-            tune(spec.source or "", "bench", storage=make_storage("journal", Path(tmp)), sampler="tpe", seed=0,
-                 n_trials=0, tasks=tasks, fidelity_tasks=0, evaluate=lambda p, t: [], reference=lambda t: [],
-                 screen=Screen(evaluate, trials, 1, 0.0, timed=spent.append))
+        tune(spec.source or "", f"bench-{i}", storage=store, sampler="tpe", seed=0, n_trials=0, tasks=tasks,
+             fidelity_tasks=0, evaluate=lambda p, t: [], reference=lambda t: [],
+             screen=Screen(evaluate, trials, 1, 0.0, timed=spent.append, storage=screens))
         n = max(1, evaluated[0])
         rows.append({"program": spec.display, "evaluations": evaluated[0], "seconds": spent[0],
                      "ms_per_policy_task": 1000 * spent[0] / n, "proxy_ms": 1000 * evaluate_s[0] / n,
                      "space_and_optuna_ms": 1000 * (spent[0] - evaluate_s[0]) / n})
+    tmp.cleanup()
     total_s = sum(r["seconds"] for r in rows)
     total_n = max(1, sum(r["evaluations"] for r in rows))
     proxy_s = sum(r["proxy_ms"] * r["evaluations"] / 1000 for r in rows)

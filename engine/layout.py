@@ -89,6 +89,31 @@ class Layout:
     items: list[Item]
 
 
+@dataclass(frozen=True)
+class SessionLayout:
+    """A whole trajectory compiled once under the schedule of its last request.
+
+    When the schedules of a session's requests extend each other (each keeps every earlier entry
+    and adds only at triggers past the previous request, which is what validated policy decisions
+    do), the request holding the first ``n`` messages has as schedule the last one's entries
+    triggered before ``n``, so its history is a prefix of :attr:`items` followed by the generation
+    prompt. Compiling once instead of once per request makes a session linear in its length.
+
+    Attributes:
+        items: the history of every message with its events (generation prompt excluded).
+        ends: ``ends[n]``: how many of :attr:`items` the first ``n`` messages and their events fill.
+        prompt: the generation prompt's tokens.
+    """
+
+    items: list[Item]
+    ends: list[int]
+    prompt: list[int]
+
+    def request(self, n: int) -> list[Item]:
+        """The history of the request holding the first ``n`` messages (its generation prompt included)."""
+        return [*self.items[:self.ends[n]], *self.prompt]
+
+
 @functools.cache
 def _renderer_for(model: str, template: str) -> Renderer:
     from engine.models.loading import load_tokenizer
@@ -209,15 +234,38 @@ class Renderer:
         Raises:
             ScheduleError: an id beyond the message list, or a text range beyond a message's content.
         """
+        items, _ = self._compile(rendered, schedule)
+        items.extend(rendered.token_ids[rendered.prompt_start:])
+        return items
+
+    def compile_session(self, rendered: Rendered, schedule: Schedule) -> SessionLayout:
+        """``rendered`` (a whole trajectory) compiled once under ``schedule`` (its last request's),
+        for every request of the session (see :class:`SessionLayout`).
+
+        Raises:
+            ScheduleError: as :meth:`compile`.
+        """
+        items, events = self._compile(rendered, schedule)
+        ends, seen = [0], 0
+        for n, (_, end) in enumerate(rendered.spans, start=1):
+            seen += events.get(n - 1, 0)
+            ends.append(end + seen)
+        return SessionLayout(items, ends, rendered.token_ids[rendered.prompt_start:])
+
+    def _compile(self, rendered: Rendered, schedule: Schedule) -> tuple[list[Item], dict[int, int]]:
+        """The messages' tokens with ``schedule``'s events after their triggers (no generation
+        prompt), and how many event items each trigger added."""
         schedule.validate_against(len(rendered.spans))
         repositions = set(schedule.repositions)
         drops = dict(schedule.drops)
         items: list[Item] = []
+        events: dict[int, int] = {}
         done = 0  # tokens copied so far: the spans are contiguous, so only events need a step each
         for i in sorted(drops.keys() | repositions):
             end = rendered.spans[i][1]
             items.extend(rendered.token_ids[done:end])
             done = end
+            before = len(items)
             targets = drops.get(i)
             if targets:
                 ranges = merge_ranges([r for d in targets for r in self._target_ranges(rendered, d, i)])
@@ -225,8 +273,9 @@ class Renderer:
                     items.append(Drop(ranges))
             if i in repositions:
                 items.append(REPOSITION)
-        items.extend(rendered.token_ids[done:])
-        return items
+            events[i] = len(items) - before
+        items.extend(rendered.token_ids[done:rendered.prompt_start])
+        return items, events
 
     def _target_ranges(self, rendered: Rendered, target: DropTarget, trigger: int) -> list[tuple[int, int]]:
         m = target.message

@@ -194,6 +194,78 @@ def parse_schedule(body: Mapping[str, Any] | Schedule | None, n_messages: int | 
     return schedule
 
 
+def parse_extension(raw: Any, previous_raw: Any, previous: Schedule, horizon: int, n_messages: int) -> Schedule | None:
+    """``parse_schedule(raw, n_messages)`` in time proportional to what ``raw`` adds, when it only
+    appends to ``previous_raw`` (parsed as ``previous``): the same entries at every trigger of
+    ``previous_raw``, new ones only at triggers >= ``horizon`` (the previous request's length), the
+    same repositions followed by new ones >= ``horizon``. ``None`` for anything else (another
+    layout, a text drop, an entry changed or added below the horizon, an invalid addition): parse
+    that in full, and check it against the past, to get the result or the error.
+
+    A schedule this returns equals the full parse's and extends ``previous`` (the tests check it
+    against :func:`parse_schedule` and the decision checks on random sequences of decisions).
+    """
+    new, old = _plain_tables(raw), _plain_tables(previous_raw)
+    if new is None or old is None or not n_messages >= horizon > max(
+            [t for t, _ in previous.drops] + list(previous.repositions), default=-1):
+        return None
+    tables, repositions = new
+    old_tables, old_repositions = old
+    if (not _ints(repositions) or repositions[:len(old_repositions)] != old_repositions
+            or old_tables.keys() - tables.keys()):
+        return None
+    delta: list[dict[str, Any]] = []
+    kept_ids: list[tuple[set[int], Mapping[Any, Any]]] = []  # per kind: ids dropped before, the added entries
+    for kind, table in tables.items():
+        before = old_tables.get(kind, {})
+        kept: dict[Any, Any] = {key: table.get(key) for key in before}
+        if kept != before or not _ints(itertools.chain.from_iterable(kept.values())):  # (True == 1: see _ints)
+            return None
+        added = {key: ids for key, ids in table.items() if key not in before} if len(table) > len(before) else {}
+        if any(not isinstance(key, str) or not _CANONICAL_ID.fullmatch(key) or int(key) < horizon for key in added):
+            return None
+        if added:
+            delta.append({"type": kind.value + "_drop", "drop_messages": added})
+            kept_ids.append((set(itertools.chain.from_iterable(kept.values())), added))
+    added_repositions = repositions[len(old_repositions):]
+    if any(r < horizon for r in added_repositions):
+        return None
+    try:
+        extra = parse_schedule({"drop_rule": delta, "reposition": added_repositions} if delta
+                               else {"reposition": added_repositions}, n_messages)
+    except ScheduleError:
+        return None
+    if any(before & set(itertools.chain.from_iterable(added.values())) for before, added in kept_ids):
+        return None  # a message dropped twice (the added ids are valid ints: they parsed)
+    return Schedule(previous.drops + extra.drops, previous.repositions + extra.repositions)
+
+
+def _ints(values: Any) -> bool:
+    """Whether every value is an int (not a bool: ``True == 1``, and a full parse refuses ``True``)."""
+    return set(map(type, values)) <= {int}
+
+
+def _plain_tables(raw: Any) -> tuple[dict[DropKind, Mapping[Any, Any]], list[Any]] | None:
+    """A wire schedule's drop tables per kind (message and reasoning drops only, each kind in one
+    table) and its reposition list; ``None`` for any other layout."""
+    if not isinstance(raw, Mapping) or raw.keys() - {"drop_message", "drop_rule", "reposition"}:
+        return None
+    message, rule, reposition = raw.get("drop_message"), raw.get("drop_rule"), raw.get("reposition")
+    if (message is not None and rule is not None) or not isinstance(reposition, list | None):
+        return None
+    tables: dict[DropKind, Mapping[Any, Any]] = {}
+    if message is not None:
+        tables[DropKind.MESSAGE] = message
+    for r in rule if isinstance(rule, list) else [] if rule is None else [rule]:
+        kind = _RULE_KINDS.get(r["type"]) if isinstance(r, Mapping) and isinstance(r.get("type"), str) else None
+        if kind is None or kind is DropKind.TEXT or kind in tables or r.keys() != {"type", "drop_messages"}:
+            return None
+        tables[kind] = r["drop_messages"]
+    if any(not isinstance(t, Mapping) for t in tables.values()):
+        return None
+    return {kind: t for kind, t in tables.items() if t}, list(reposition or [])
+
+
 def _merge_cache_alias(body: Mapping[str, Any]) -> dict[str, Any]:
     fields = {k: body.get(k) for k in SCHEDULE_KEYS}
     nested = body.get("cache")

@@ -39,7 +39,7 @@ import numpy as np
 
 from engine.accounting import Accountant
 from engine.history import Drop, Item, Reposition, event_indices
-from engine.layout import Rendered, Renderer
+from engine.layout import Rendered, Renderer, SessionLayout
 from engine.plan import TokenUsage
 from engine.radix import common_prefix
 from engine.schedule import Schedule
@@ -62,8 +62,9 @@ class SessionAccountant:
         self.bytes_per_token = bytes_per_token
         self.fast_requests = 0
         self._general: Accountant | None = None
-        self._log: list[tuple[list[Item], list[int]]] = []
-        self._stable: list[Item] = []
+        self._log: list[tuple[list[Item] | tuple[SessionLayout, int], list[int]]] = []
+        self._stable: list[Item] | tuple[SessionLayout, int] = []  # a list, or a session layout's first items
+        self._stable_len = 0
         self._tail: list[Item] = []
         self._branch = -1  # the furthest item index where an older request's tail leaves the session's path
         self._alive = np.zeros(0, dtype=bool)  # per token of stable: alive at its end
@@ -93,21 +94,46 @@ class SessionAccountant:
         self._log.append((items, output))
         return usage
 
+    def request_layout(self, layout: SessionLayout, n: int, output_ids: Sequence[int] = ()) -> TokenUsage:
+        """:meth:`request_items` of ``layout.request(n)`` (the request holding the first ``n``
+        messages of a session compiled once), in time proportional to what it adds when the previous
+        request came from the same layout: its history is then known to be a prefix."""
+        output = list(output_ids)
+        end = layout.ends[n]
+        usage = None
+        if self._general is None and (self._stable_len == 0 or (
+                isinstance(self._stable, tuple) and self._stable[0] is layout and self._stable[1] <= end)):
+            usage = self._advance([*layout.items[self._stable_len:end], *layout.prompt], len(layout.prompt), output,
+                                  (layout, end))
+        if usage is None:
+            usage = self.request_items(layout.request(n), len(layout.prompt), output)
+            self._log.pop()
+        self._log.append(((layout, n), output))
+        return usage
+
     def _slow(self, items: list[Item], output: list[int]) -> TokenUsage:
         if self._general is None:
             self._general = Accountant(self.renderer, self.bytes_per_token, UNBOUNDED, 0)
             for old_items, old_output in self._log:
-                self._general.request_items(old_items, old_output)
+                self._general.request_items(_materialize(old_items), old_output)
         return self._general.request_items(items, output)
 
     def _fast(self, items: list[Item], g: int, output: list[int]) -> TokenUsage | None:
         """The usage when the request keeps the structure (module docstring), else ``None``."""
-        k0 = len(self._stable)
-        if len(items) - g < k0 or self._branch >= k0 or items[:k0] != self._stable:
+        k0 = self._stable_len
+        if len(items) - g < k0 or items[:k0] != _stable_items(self._stable):
             return None
-        new = items[k0:]
+        return self._advance(items[k0:], g, output, items[:-g])
+
+    def _advance(self, new: list[Item], g: int, output: list[int],
+                 stable: list[Item] | tuple[SessionLayout, int]) -> TokenUsage | None:
+        """The usage of a request that is the stable history followed by ``new`` (whose last ``g``
+        items are the generation prompt), when it keeps the structure; else ``None``."""
+        k0 = self._stable_len
+        if self._branch >= k0:
+            return None
         m = common_prefix(self._tail, new)  # the tail holds tokens only: m tokens have KV
-        if m >= len(new) or not 0 < g <= len(new) - m or any(type(t) is not int for t in items[-g:]):
+        if m >= len(new) or not 0 < g <= len(new) - m or any(type(t) is not int for t in new[-g:]):
             return None
         walk = _walk(new, self._alive, self._pos, self._next_pos)
         if walk is None:
@@ -119,10 +145,18 @@ class SessionAccountant:
         cached = int(alive.sum()) - int((alive[t0:] & compute).sum())
         if m < len(self._tail):  # the previous tail branches off here: a later request might match it
             self._branch = max(self._branch, k0 + m)
-        self._stable, self._tail = items[:-g], [*items[-g:], *output[:-1]]
+        self._stable, self._stable_len, self._tail = stable, k0 + len(new) - g, [*new[-g:], *output[:-1]]
         self._alive, self._pos, self._next_pos = alive[:n - g], pos[:n - g], next_pos - g
         self.fast_requests += 1
         return TokenUsage(n, prefill, cached, n - prefill - cached, repos, len(output))
+
+
+def _stable_items(stable: list[Item] | tuple[SessionLayout, int]) -> list[Item]:
+    return stable if isinstance(stable, list) else stable[0].items[:stable[1]]
+
+
+def _materialize(request: list[Item] | tuple[SessionLayout, int]) -> list[Item]:
+    return request if isinstance(request, list) else request[0].request(request[1])
 
 
 Walk = tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, np.ndarray]], int]

@@ -29,10 +29,14 @@ def dashboard_commands(run_dir: Path, mlflow_port: int, optuna_port: int) -> lis
         storage = f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
     elif (run_dir / "optuna.journal").exists():
         storage = str((run_dir / "optuna.journal").resolve())
-    if storage:
-        port = optuna_port or _free_port()
-        out.append(("optuna-dashboard", [str(bin_dir / "optuna-dashboard"), storage, "--host", "127.0.0.1",
-                                         "--port", str(port)], f"http://127.0.0.1:{port}"))
+    screens = run_dir / "optuna-proxy.journal"  # the cascade's proxy studies
+    for name, store, port in (("optuna-dashboard", storage, optuna_port),
+                              ("optuna-dashboard (proxy screens)",
+                               str(screens.resolve()) if screens.exists() else None, 0)):
+        if store:
+            port = port or _free_port()
+            out.append((name, [str(bin_dir / "optuna-dashboard"), store, "--host", "127.0.0.1", "--port", str(port)],
+                        f"http://127.0.0.1:{port}"))
     return out
 
 

@@ -95,7 +95,7 @@ class RunDir:
         config.json  state.json  search.log  evaluations.jsonl (rsi.store)
         programs/<sha256>.py     proposals/g<N>.json
         archive.json  pareto.json  headline.json  niches.json  fidelity.json  proposer_stats.json
-        replicas.json  report.html  optuna.db  mlflow.db  mlflow_runs.json
+        replicas.json  report.html  optuna.db  optuna-proxy.journal  mlflow.db  mlflow_runs.json
 
     Nothing here knows the search's logic; ``rsi.search.Search`` decides what to write and when.
     """

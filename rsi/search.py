@@ -15,6 +15,7 @@ archive as an uninterrupted run.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -104,6 +105,12 @@ class Search:
         self._outputs_generation = self._written_generation()
         self.progress = SearchProgress(0, enabled=False)  # replaced by run() once the tasks are known
         self.store.listeners.append(lambda key: self.progress.advance(key))
+
+    @functools.cached_property
+    def optuna_storage(self) -> Any:
+        """The Optuna storage of the model studies (made once: a database storage checks its
+        schema when made). The cascade's proxy studies go to ``optuna-proxy.journal``."""
+        return make_storage(self.config.optuna.storage, self.run_dir)
 
     # ------------------------------------------------------------------ state
 
@@ -277,7 +284,7 @@ class Search:
             self.progress.replan(planned)
             with self.progress.unit(planned):
                 tuned = tune_expert(spec, study_name=f"expert-tuned:{spec.name}-a{self.state['attempt']}",
-                                    storage=make_storage(self.config.optuna.storage, self.run_dir),
+                                    storage=self.optuna_storage,
                                     sampler=self.config.optuna.sampler, seed=self.config.seed,
                                     n_trials=self.config.optuna.trials,
                                     evaluate=lambda s: self.evaluate(s, self.train))
@@ -345,7 +352,8 @@ class Search:
 
         experts = (c.id for c in self.archive.candidates if c.expert and c.id in self.fidelity_pairs)
         anchors = tuple(self.fidelity_pairs[cid][0] for cid in experts) if cfg.promote > 1 else ()
-        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors, timed)
+        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors, timed,
+                      make_storage("journal", self.run_dir, "optuna-proxy"))
 
     def _record_fidelity(self, sha: str, result: TuneResult) -> None:
         """Pairs of (predicted, model) train pass rate of every promoted trial the model finished."""
@@ -464,7 +472,7 @@ class Search:
 
         study = f"{label}-{sha[:8]}-a{self.state['attempt']}"
         result = tune(source, study, seed_name=f"{label}-{sha[:8]}",
-                      storage=make_storage(cfg.optuna.storage, self.run_dir), sampler=cfg.optuna.sampler,
+                      storage=self.optuna_storage, sampler=cfg.optuna.sampler,
                       seed=cfg.seed, n_trials=cfg.optuna.trials, tasks=self.train,
                       fidelity_tasks=cfg.optuna.fidelity_tasks, evaluate=evaluate, reference=self._reference,
                       screen=self._screen(source, label))

@@ -81,6 +81,9 @@ class Screen:
         timed: called with the wall seconds of the whole proxy study (each trial's ``space`` in
             the sandbox, Optuna's sampling and storage, ``evaluate``) when it ends: what screening
             really costs.
+        storage: where the proxy study is written when it ends (``None``: with the model study).
+            A search gives it a journal file: a database write per trial would cost a third of
+            what the trial does.
     """
 
     evaluate: Evaluate
@@ -89,6 +92,7 @@ class Screen:
     margin: float
     anchors: tuple[float, ...] = ()
     timed: Callable[[float], None] | None = None
+    storage: Any = None
 
     def __post_init__(self) -> None:
         if self.trials < 1 or self.promote < 1 or not 0 <= self.margin < 1:
@@ -110,15 +114,16 @@ class TuneResult:
         return not self.best
 
 
-def make_storage(kind: str, run_dir: Path) -> Any:
-    """``sqlite`` (one writer), ``journal`` (a file many processes may share) or a database URL."""
+def make_storage(kind: str, run_dir: Path, name: str = "optuna") -> Any:
+    """``sqlite`` (one writer), ``journal`` (a file many processes may share) or a database URL;
+    the files are ``<name>.db`` and ``<name>.journal`` in ``run_dir``."""
     if kind == "sqlite":
-        return f"sqlite:///{run_dir / 'optuna.db'}"
+        return optuna.storages.RDBStorage(f"sqlite:///{run_dir / (name + '.db')}")
     if kind == "journal":
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
-        return JournalStorage(JournalFileBackend(str(run_dir / "optuna.journal")))
+        return JournalStorage(JournalFileBackend(str(run_dir / (name + ".journal"))))
     return kind
 
 
@@ -195,7 +200,7 @@ def tune(source: str, study_name: str, *, storage: Any, sampler: str, seed: int,
     screened: list[TrialOutcome] = []
     if screen is not None:
         proxy_sampler = make_sampler(sampler, study_seed(seed, name + "-proxy"))
-        screened = _screen(source, study_name + "-proxy", storage, proxy_sampler, tasks, screen)
+        screened = _screen(source, study_name + "-proxy", screen.storage or storage, proxy_sampler, tasks, screen)
         chosen = promoted(screened, screen.promote, screen.margin, screen.anchors)
         chosen_numbers = {o.number for o in chosen}
         screened = [replace(o, state="screened") if o.number in chosen_numbers else o for o in screened]
@@ -273,9 +278,14 @@ def _fail(trial: optuna.Trial, params: dict[str, Any], reason: str, outcomes: di
 
 def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers.BaseSampler,
             tasks: Sequence[Task], screen: Screen) -> list[TrialOutcome]:
-    """The proxy study: every trial's parameters at the zero-forward fidelity on all ``tasks``."""
-    study = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"],
-                                sampler=sampler)
+    """The proxy study: every trial's parameters at the zero-forward fidelity on all ``tasks``.
+
+    It runs in memory and is written to ``storage`` as ``study_name`` once it ends, one record per
+    trial: the proxy trials cost milliseconds, and a storage write per parameter (Optuna's way
+    during a study) would cost more than the trial. A screen is all or nothing anyway: its
+    outcomes are returned only when it ends.
+    """
+    study = optuna.create_study(directions=["minimize", "maximize"], sampler=sampler)
     outcomes: dict[int, TrialOutcome] = {}
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
@@ -288,6 +298,8 @@ def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers
 
     t0 = time.perf_counter()
     study.optimize(objective, n_trials=screen.trials, catch=(CandidateFailure,))
+    stored = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"])
+    stored.add_trials(study.get_trials(deepcopy=False))
     if screen.timed is not None:
         screen.timed(time.perf_counter() - t0)
     return [outcomes[n] for n in sorted(outcomes)]

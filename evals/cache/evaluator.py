@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -32,8 +33,8 @@ from engine.accounting import Accountant
 from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import ChatEngine
-from engine.layout import Rendered
-from engine.schedule import Schedule, parse_schedule
+from engine.layout import Rendered, SessionLayout
+from engine.schedule import EMPTY, Schedule, parse_schedule
 from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
@@ -247,6 +248,7 @@ class Replay:
         self.rates: Rates = load_rates(self.config.rates)
         self._rendered: dict[str, Rendered] = {}
         self._episodes: dict[str, Episode] = {}
+        self._outputs: dict[str, dict[int, list[int]]] = {}
 
     def rendered(self, task: Task) -> Rendered:
         """``task``'s whole trajectory rendered by the engine (once per task; each request is a prefix)."""
@@ -294,30 +296,28 @@ class Replay:
         """Account the session under ``decisions`` (cut -> decision) and answer the probes."""
         msgs = list(task.messages)
         points = list(request_points(msgs))
-        requests = self._account(task, points, decisions)
+        requests, cost = self._account(task, points, decisions)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
-        cost = CostBreakdown()
-        for r in requests:
-            cost = cost + CostBreakdown(summary=r.summary_usd)
-        for r in requests:
-            cost = cost + request_cost(r.usage, self.rates)
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), True, None,
                           probes, tuple(requests), cost, time.perf_counter() - t0, task.generator,
                           task.generator_version, self.fidelity)
 
-    def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None]) -> list[RequestCost]:
+    def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
+                 ) -> tuple[list[RequestCost], CostBreakdown]:
+        """Every request's usage and cost, and the session's cost (summary calls included)."""
         eng = self.engine
-        msgs = list(task.messages)
         whole = self.rendered(task)
+        session = self._session_layout(task, points, decisions)
         acc: Accountant | SessionAccountant = (
             SessionAccountant(eng.renderer) if self.config.pool_bytes is None
             else eng.accountant(pool_bytes=self.config.pool_bytes, host_bytes=0))
         out: list[RequestCost] = []
+        total = CostBreakdown()
         seen_events = 0
         for n in points:
             d = decisions[n]
-            output = eng.renderer.output_ids(msgs[n], n) if n < len(msgs) and msgs[n]["role"] == "assistant" else []
+            output = self._output_ids(task, n)
             summary_usd = 0.0
             if d is not None and d.messages is not None:
                 usage = acc.request_rendered(eng.render([dict(m) for m in d.messages]), None, output)
@@ -329,10 +329,45 @@ class Replay:
                                 "completion_tokens": ev.get("output_tokens") or 0}
                         summary_usd += request_cost(call, self.rates).total
                 seen_events = len(events)
+            elif session is not None and isinstance(acc, SessionAccountant):
+                usage = acc.request_layout(session, n, output)
             else:
                 usage = acc.request_rendered(whole.prefix(n), d.schedule if d is not None else None, output)
-            out.append(RequestCost(n, usage.as_dict(), request_cost(usage, self.rates).total, summary_usd))
-        return out
+            cost = request_cost(usage, self.rates)
+            total = total + cost + CostBreakdown(summary=summary_usd)
+            out.append(RequestCost(n, usage.as_dict(), cost.total, summary_usd))
+        return out, total
+
+    def _session_layout(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
+                        ) -> SessionLayout | None:
+        """The session compiled once (:class:`engine.layout.SessionLayout`) when every request is
+        under a cache schedule that extends the previous ones and the pool is unbounded; ``None``
+        otherwise (a text rewrite, a bounded pool: each request is compiled on its own)."""
+        if self.config.pool_bytes is not None:
+            return None
+        schedules: list[Schedule] = []
+        for n in points:
+            d = decisions[n]
+            schedule = EMPTY if d is None else d.schedule
+            if schedule is None:
+                return None
+            schedules.append(schedule)
+        last = schedules[-1]
+        triggers = [t for t, _ in last.drops]
+        for n, s in zip(points, schedules):
+            if (s.drops != last.drops[:bisect_left(triggers, n)]
+                    or s.repositions != last.repositions[:bisect_left(last.repositions, n)]):
+                return None
+        return self.engine.renderer.compile_session(self.rendered(task), last)
+
+    def _output_ids(self, task: Task, n: int) -> list[int]:
+        """The tokens generated for request ``n`` of ``task``: its recorded assistant turn, if any."""
+        outputs = self._outputs.setdefault(task.id, {})
+        if n not in outputs:
+            msgs = task.messages
+            outputs[n] = (self.engine.renderer.output_ids(msgs[n], n)
+                          if n < len(msgs) and msgs[n]["role"] == "assistant" else [])
+        return outputs[n]
 
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
         probe = task.probes[index]

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from engine.errors import AKVError, show
-from engine.schedule import SCHEDULE_KEYS, DropKind, Schedule, parse_schedule
+from engine.schedule import SCHEDULE_KEYS, DropKind, Schedule, parse_extension, parse_schedule
 from engine.template import normalize_message
 from search_spaces.cache.request import PolicyKind, Request
 from search_spaces.errors import DecisionError
@@ -98,6 +98,17 @@ def cache_decision(raw: Any, request: Request, previous: Schedule | None = None)
     if request.previous is not None:
         check_extends(request.previous, request.previous_messages, schedule, previous)
     return Decision(PolicyKind.CACHE, request.n, schedule=schedule)
+
+
+def appended_decision(raw: Any, n: int, previous_raw: Any, previous: Decision) -> Decision | None:
+    """:func:`cache_decision` of ``raw`` for a request of ``n`` messages in time proportional to
+    what it adds, when it only appends to the previous request's decision (``previous_raw``, valid
+    as ``previous``): see :func:`engine.schedule.parse_extension`. ``None`` otherwise: then
+    :func:`cache_decision` gives the decision or the error."""
+    if previous.schedule is None:
+        return None
+    schedule = parse_extension(raw, previous_raw, previous.schedule, previous.n_messages, n)
+    return Decision(PolicyKind.CACHE, n, schedule=schedule) if schedule is not None else None
 
 
 def check_extends(previous: Mapping[str, Any], previous_messages: int, schedule: Schedule,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from search_spaces.cache.decision import Decision, cache_decision
+from search_spaces.cache.decision import Decision, appended_decision, cache_decision
 from search_spaces.cache.embed import Embedder
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.request import Episode, PolicyKind, Request
@@ -105,6 +105,8 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
             try:
                 if decisions and wire == previous[0]:  # unchanged: valid as before, and it extends itself
                     decisions.append(Decision(PolicyKind.CACHE, n, schedule=decisions[-1].schedule))
+                elif decisions and (added := appended_decision(wire, n, previous[0], decisions[-1])) is not None:
+                    decisions.append(added)
                 else:
                     decisions.append(cache_decision(wire, episode.request(n, *previous),
                                                     decisions[-1].schedule if decisions else None))

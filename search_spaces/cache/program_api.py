@@ -167,9 +167,12 @@ def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> list[int]:
 class Message:
     """One message of the request, read-only by convention (programs cannot assign attributes)."""
 
-    __slots__ = ("content", "index", "name", "reasoning", "role", "tokens", "tool_call_id", "tool_calls")
+    __slots__ = ("_entities", "_text", "content", "index", "name", "reasoning", "role", "tokens", "tool_call_id",
+                 "tool_calls")
 
     def __init__(self, index: int, data: Mapping[str, Any], tokens: int) -> None:
+        self._text: str | None = None
+        self._entities: frozenset[str] | None = None
         self.index = index
         self.role = str(data.get("role", ""))
         self.content = _content_text(data.get("content"))
@@ -202,8 +205,10 @@ class Message:
     @property
     def text(self) -> str:
         """Content, reasoning and tool calls joined by newlines (what entities are read from)."""
-        parts = [self.content, self.reasoning] + [f"{name} {args}" for name, args in self.tool_calls]
-        return "\n".join(p for p in parts if p)
+        if self._text is None:
+            parts = [self.content, self.reasoning] + [f"{name} {args}" for name, args in self.tool_calls]
+            self._text = "\n".join(p for p in parts if p)
+        return self._text
 
 
 class Plan:
@@ -247,40 +252,55 @@ class Plan:
         return out
 
 
+class Trajectory:
+    """A trajectory's :class:`Message` objects, token counts and running sums, made once for the
+    views of all its requests (see :class:`RequestView`'s ``built``)."""
+
+    __slots__ = ("calls", "messages", "prefix", "tokens")
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> None:
+        if len(tokens) != len(messages):
+            raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
+        self.messages = tuple(Message(i, m, int(t)) for i, (m, t) in enumerate(zip(messages, tokens)))
+        self.tokens = tuple(m.tokens for m in self.messages)
+        self.calls = [0]
+        self.prefix = [0]
+        for m in self.messages:
+            self.calls.append(self.calls[-1] + (1 if m.is_assistant else 0))
+            self.prefix.append(self.prefix[-1] + m.tokens)
+
+
 class RequestView:
     """What a program sees of one request (see the module docstring for every name)."""
 
-    __slots__ = ("_call_ends", "_calls", "_entities", "_prefix", "_previous", "_problems", "_prompt_ends", "_refused",
+    __slots__ = ("_call_ends", "_calls", "_prefix", "_previous", "_problems", "_prompt_ends", "_refused",
                  "call_index", "messages", "n", "relevance", "tokens")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
                  previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None, *,
                  call_ends: Sequence[int] | None = None, prompt_ends: Mapping[int, int] | None = None,
-                 problems: Mapping[str, str] | None = None, built: Sequence[Message] | None = None) -> None:
+                 problems: Mapping[str, str] | None = None, built: Trajectory | None = None) -> None:
         """``call_ends`` / ``prompt_ends``: what an AKV harness declares (default: the complete tool
         batches, no prompt suffixes). ``problems``: method name -> why the harness's declaration is
         unusable; calling that method then raises ``ValueError`` and is recorded in ``_refused``, so
         an exported module can refuse the request even when the program catches the exception.
-        ``built``: the :class:`Message` of each message, already made (programs cannot assign
-        attributes, so the requests of one trajectory share them instead of rebuilding them)."""
+        ``built``: the whole trajectory made once (:class:`Trajectory`), of which ``messages`` and
+        ``tokens`` are the first ones: the requests of one trajectory share it instead of rebuilding
+        their messages (programs cannot assign attributes)."""
         if len(tokens) != len(messages):
             raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
-        if built is not None and len(built) != len(messages):
-            raise ValueError(f"{len(built)} built messages for {len(messages)} messages")
-        self.messages = (tuple(built) if built is not None
-                         else tuple(Message(i, m, int(tokens[i])) for i, m in enumerate(messages)))
-        self.tokens = tuple(int(t) for t in tokens)
-        self.n = len(self.messages)
-        self._calls = [0]
-        for m in self.messages:
-            self._calls.append(self._calls[-1] + (1 if m.is_assistant else 0))
+        whole = built if built is not None else Trajectory(messages, tokens)
+        n = len(messages)
+        if n > len(whole.messages):
+            raise ValueError(f"a trajectory of {len(whole.messages)} messages has no request of {n}")
+        self.messages = whole.messages[:n]
+        self.tokens = whole.tokens[:n]
+        self.n = n
+        self._calls = whole.calls[:n + 1]
         self.call_index = self._calls[-1] if call_index is None else int(call_index)
         self._previous = json.loads(json.dumps(previous)) if previous is not None else None
         self.relevance = tuple(float(r) for r in relevance) if relevance is not None else None
-        self._prefix = [0]
-        for t in self.tokens:
-            self._prefix.append(self._prefix[-1] + t)
-        self._entities: dict[int, frozenset[str]] = {}
+        self._prefix = whole.prefix[:n + 1]
         self._call_ends = tuple(int(i) for i in call_ends) if call_ends is not None else None
         self._prompt_ends = {int(k): int(v) for k, v in (prompt_ends or {}).items()}
         self._problems = dict(problems or {})
@@ -348,9 +368,10 @@ class RequestView:
         return self._prompt_ends.get(i, i)
 
     def entities(self, i: int) -> frozenset[str]:
-        if i not in self._entities:
-            self._entities[i] = entities(self.messages[i].text)
-        return self._entities[i]
+        m = self.messages[i]
+        if m._entities is None:
+            m._entities = entities(m.text)
+        return m._entities
 
     def plan(self) -> Plan:
         return Plan()

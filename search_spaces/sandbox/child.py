@@ -320,11 +320,11 @@ def _decide_all(job: dict[str, Any], decide: Any, api: Any, stage: Stage) -> dic
     for e, ep in enumerate(job["episodes"]):
         decisions: list[Any] = []
         previous = ep.get("previous")
-        built = [api.Message(i, m, int(t)) for i, (m, t) in enumerate(zip(ep["messages"], ep["tokens"]))]
+        built = api.Trajectory(ep["messages"], ep["tokens"])
         for n in ep["cuts"]:
             stage.where = f"[episode {e}, request of {n} messages]"
             rel = ep["relevance"][:n] if ep["relevance"] is not None else None
-            view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, previous, rel, built=built[:n])
+            view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, previous, rel, built=built)
             text, why = _wire_text(decide(view, dict(job["params"])), api)
             if text is None:
                 return {"status": "error", "reason": f"{why} {stage.where}"}

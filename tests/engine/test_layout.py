@@ -148,3 +148,40 @@ def test_compile_equals_the_message_by_message_reference(renderer, seed):
     schedule = parse_schedule({"drop_message": drops, "reposition": repos}, n_messages=n)
     rendered = renderer.render(msgs)
     assert renderer.compile(rendered, schedule) == _compile_by_message(renderer, rendered, schedule)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_session_compiled_once_gives_every_request_its_own_compile(renderer, seed):
+    """Request n of a session holds messages[:n] under the last schedule's entries triggered before
+    n (what a schedule that only extends its past had at n): the session layout's request(n) must
+    equal compiling that prefix under that restricted schedule, thinking drops included."""
+    import random
+
+    from engine.schedule import DropKind, parse_schedule
+
+    rng = random.Random(seed)
+    msgs = trajectory(rng.randint(2, 6))
+    n = len(msgs)
+    table: dict[str, list[int]] = {}
+    thinking: dict[str, list[int]] = {}
+    free = set(range(n))
+    for trigger in sorted(rng.sample(range(n), rng.randint(1, n))):
+        ids = sorted(i for i in free if i <= trigger and rng.random() < 0.4)
+        if ids:
+            table[str(trigger)] = ids
+            free -= set(ids)
+        reasoning = [i for i in range(trigger + 1) if msgs[i].get("reasoning_content") and i in free]
+        if reasoning and rng.random() < 0.5:
+            thinking[str(trigger)] = reasoning[:1]
+    rules = [{"type": "message_drop", "drop_messages": table}, {"type": "thinking_drop", "drop_messages": thinking}]
+    repos = sorted(rng.sample(range(n), rng.randint(0, min(3, n))))
+    last = parse_schedule({"drop_rule": rules, "reposition": repos}, n_messages=n)
+    assert any(d.kind is DropKind.THINKING for _, ds in last.drops for d in ds) or not thinking
+    rendered = renderer.render(msgs)
+    session = renderer.compile_session(rendered, last)
+    for k in range(1, n + 1):
+        restricted = parse_schedule({
+            "drop_rule": [{"type": r["type"], "drop_messages": {t: v for t, v in r["drop_messages"].items()
+                                                                if int(t) < k}} for r in rules],
+            "reposition": [r for r in repos if r < k]}, n_messages=k)
+        assert session.request(k) == renderer.compile(rendered.prefix(k), restricted), k

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from engine import REPOSITION, Accountant, Drop
 from engine.history import merge_ranges
+from engine.layout import SessionLayout
 from engine.oracle.naive_cache import NaiveCache
 from engine.session_accountant import SessionAccountant
 
@@ -25,7 +26,7 @@ def items_of(msgs: list[list[int]], events: dict[int, list], upto: int) -> list:
 
 
 @st.composite
-def sessions(draw, breaks: bool = False):
+def sessions(draw, breaks: bool = False, layout: bool = False):
     """One trajectory replayed request by request under a schedule that only grows (and, with
     ``breaks``, sometimes rewrites its past). Assistant turns are header + body + footer, and the
     request before one generates its body and stop token, so later requests match that output."""
@@ -62,15 +63,18 @@ def sessions(draw, breaks: bool = False):
                 events.setdefault(t, []).append(REPOSITION)
         if breaks and prev_n > 1 and draw(st.integers(0, 4)) == 0:
             events.setdefault(draw(st.integers(0, prev_n - 2)), []).append(REPOSITION)  # rewrites the past
-        requests.append((items_of(msgs, events, n), outputs.get(n, [])))
+        requests.append((items_of(msgs, events, n), outputs.get(n, []), n))
         prev_n = n
+    if layout:  # the session compiled once under its last schedule (engine.layout.SessionLayout)
+        ends = [len(items_of(msgs, events, n)) - len(GEN) for n in range(n_msgs + 1)]
+        return requests, SessionLayout(items_of(msgs, events, n_msgs)[:-len(GEN)], ends, GEN)
     return requests
 
 
 def check(requests: list) -> SessionAccountant:
     session = SessionAccountant(None)
     tree, naive = Accountant(None, 10, 1 << 60), NaiveCache()
-    for items, out in requests:
+    for items, out, *_ in requests:
         want = tree.request_items(items, out)
         assert session.request_items(items, len(GEN), out) == want, items
         assert naive.request_items(items, out) == want
@@ -113,3 +117,32 @@ def test_an_older_output_that_runs_past_a_later_request_is_matched_on_the_tree()
     requests = [(items_of(msgs, {}, 1), [5, 6, 7]), (items_of(msgs, {}, 2), []), (items_of(msgs, {}, 3), [])]
     session = check(requests)
     assert session.fast_requests == 2 and session.general
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(layout=True))
+def test_a_session_compiled_once_is_accounted_request_by_request_exactly(drawn):
+    """request_layout (the evaluator's path: no history is copied or compared) against the tree fed
+    each request's full history, which must be the layout's request(n)."""
+    requests, layout = drawn
+    session, tree = SessionAccountant(None), Accountant(None, 10, 1 << 60)
+    for items, out, n in requests:
+        assert layout.request(n) == items
+        assert session.request_layout(layout, n, out) == tree.request_items(items, out)
+    assert not session.general and session.fast_requests == len(requests)
+
+
+def test_a_request_from_another_layout_is_accounted_on_the_tree():
+    """A second layout that rewrites the first one's past: its request cannot extend the first, so
+    the session leaves the fast path, with the same usage as the tree."""
+    msgs = [[1, 2, 3], [4, 5], [6, 7, 8], [9]]
+
+    def layout(events):
+        ends = [len(items_of(msgs, events, n)) - len(GEN) for n in range(len(msgs) + 1)]
+        return SessionLayout(items_of(msgs, events, len(msgs))[:-len(GEN)], ends, GEN)
+
+    plain, rewritten = layout({}), layout({0: [REPOSITION]})
+    session, tree = SessionAccountant(None), Accountant(None, 10, 1 << 60)
+    for lay, n in ((plain, 2), (rewritten, 3), (rewritten, 4)):
+        assert session.request_layout(lay, n) == tree.request_items(lay.request(n), [])
+    assert session.general and session.fast_requests == 1

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from engine import Engine
-from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, evaluate
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, evaluate, request_cuts
 from evals.cache.probes import ProbeFormat, answer_matches, probe_prompt, verbatim_lead_in
+from search_spaces import request_points
 
 
 def test_verbatim_lead_in_is_the_text_before_the_answer(tasks):
@@ -76,3 +77,41 @@ def test_dropping_history_costs_less_than_full(tasks, eng):
     drop = replay.evaluate(PolicySpec("rolling_drop", {"keep_tool_responses": 1}), tasks[1])
     assert drop.cost_cents < full.cost_cents
     assert sum(r.usage["drop_skipped_tokens"] for r in drop.requests) > 0
+
+
+SESSION_SPECS = [
+    PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 1}),
+    PolicySpec("rolling_drop", {"keep_tool_responses": 2, "reposition": "calls", "reposition_every": 1}),
+    PolicySpec("thinking_drop"), PolicySpec("drop_evidence"), PolicySpec("standard", {"window": 256}),
+]
+
+
+def _program(name: str, **params) -> PolicySpec:
+    from search_spaces.cache.seeds import seed_source
+
+    return PolicySpec("program", params, source=seed_source(name), label=name)
+
+
+def test_a_session_compiled_once_is_billed_as_the_tree_bills_each_request(tasks, eng):
+    """The evaluator compiles a cache policy's session once and accounts it request by request
+    (``SessionAccountant.request_layout``); a pool bound too large to evict anything sends it down
+    the general path instead (each request compiled and planned on a radix tree): every request's
+    usage and the cost must be equal. Text baselines take the general path in both."""
+    specs = [*SESSION_SPECS, _program("thinking_drop"), _program("scored_drop", budget_tokens=300),
+             _program("rolling_drop", keep_tool_responses=0, reposition="calls", reposition_every=1)]
+    fast = Replay(eng, EvalConfig(generate=False))
+    tree = Replay(eng, EvalConfig(generate=False, pool_bytes=1 << 50))
+    compiled = 0
+    for task in tasks:
+        for spec in specs:
+            a, b = fast.evaluate(spec, task), tree.evaluate(spec, task)
+            assert a.ok and b.ok, (a.error, b.error)
+            assert a.requests == b.requests and a.cost == b.cost, (spec.display, task.id)
+            assert [p.passed for p in a.probes] == [p.passed for p in b.probes]
+        cuts = request_cuts(task)
+        for spec in specs:
+            policy = spec.build()
+            decisions = (dict(zip(cuts, policy.run_episodes([fast.episode(task)])[0])) if policy is not None
+                         else dict.fromkeys(cuts))
+            compiled += fast._session_layout(task, list(request_points(list(task.messages))), decisions) is not None
+    assert compiled >= (len(specs) - 1) * len(tasks)  # every cache policy on every task (Standard may not)

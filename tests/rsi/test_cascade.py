@@ -99,6 +99,32 @@ def test_the_screen_is_timed_whole_space_and_sampling_included():
     assert sum(evaluated) < spent[0] <= whole
 
 
+def test_the_proxy_study_is_written_whole_to_the_screen_storage_when_it_ends(tmp_path):
+    """The proxy study runs in memory and lands in the screen's storage (a journal in a search)
+    when it ends: every trial, its parameters and its predicted (cost, pass); the model study
+    stays in the search's storage."""
+    import optuna
+
+    from rsi.tuning import make_storage
+
+    def proxy(params, tasks_):
+        return [result(t, params["k"] / 100, [j < params["k"] for j in range(10)], "proxy") for t in tasks_]
+
+    def model(params, tasks_):
+        return [result(t, params["k"] / 100, [True] * 10, "model") for t in tasks_]
+
+    models, screens = make_storage("sqlite", tmp_path), make_storage("journal", tmp_path, "optuna-proxy")
+    out = tune(SOURCE, "s", storage=models, sampler="tpe", seed=0, n_trials=0, tasks=["t1", "t2"], fidelity_tasks=0,
+               evaluate=model, reference=lambda t: [], screen=Screen(proxy, 12, 2, 0.0, storage=screens))
+    written = optuna.load_study(study_name="s-proxy", storage=make_storage("journal", tmp_path, "optuna-proxy"))
+    assert [t.params for t in written.trials] == [o.suggested for o in out.screened]
+    for t, o in zip(written.trials, out.screened):
+        assert o.proxy is not None and t.values == [o.proxy.cost_cents_mean, o.proxy.pass_rate]
+        assert t.user_attrs["fidelity"] == "proxy"
+    assert {s.study_name for s in optuna.get_all_study_summaries(models)} == {"s"}
+    assert len(optuna.load_study(study_name="s", storage=models).trials) == len(out.trials) > 0
+
+
 def test_screen_settings_are_checked():
     with pytest.raises(ValueError, match="margin"):
         Screen(lambda p, t: [], trials=0, promote=1, margin=0.0)
@@ -255,3 +281,19 @@ def test_a_bad_fidelity_sample_size_is_refused_naming_the_field(bad):
 
     with pytest.raises(AKVError, match=r"cascade\.check"):
         tiny_config(cascade={"enabled": True, "check": bad})
+
+
+def test_the_dashboard_shows_the_proxy_screens_beside_the_model_studies(tmp_path):
+    import optuna
+
+    from rsi.dashboard import dashboard_commands
+    from rsi.tuning import make_storage
+
+    assert dashboard_commands(tmp_path, 0, 0) == []
+    optuna.create_study(study_name="m", storage=make_storage("sqlite", tmp_path))
+    optuna.create_study(study_name="m-proxy", storage=make_storage("journal", tmp_path, "optuna-proxy"))
+    commands = dashboard_commands(tmp_path, 0, 7001)
+    assert [name for name, _, _ in commands] == ["optuna-dashboard", "optuna-dashboard (proxy screens)"]
+    assert commands[0][1][1] == f"sqlite:///{(tmp_path / 'optuna.db').resolve()}" and "7001" in commands[0][1]
+    assert commands[1][1][1] == str((tmp_path / "optuna-proxy.journal").resolve())
+    assert commands[0][2] != commands[1][2]  # two ports
