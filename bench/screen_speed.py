@@ -9,6 +9,10 @@ The first trial of a program starts its sandbox process; later ones reuse it, as
 Reported per policy-task: the whole study, the proxy's evaluations, and ``space()`` with Optuna.
 This is the figure a search's own speed ratio uses (``fidelity.json`` "speed").
 
+With ``--model-policies N`` the same run then evaluates N policies (rolling drop, K = 2, 4, ...)
+on the same tasks with the model, as a search's promotion does (log-likelihood scoring, no
+generation), and reports how many times faster the screen is: the issue's target is 1,000x.
+
 Prints a table and writes ``bench/results/screen-speed-<model>-<suite>.json``. Not a timed test.
 """
 
@@ -66,16 +70,39 @@ def screen_speed(proxy: ProxyReplay, tasks: list[Task], programs: list[PolicySpe
             "policy_task_evaluations_per_min": 60 * total_n / total_s if total_s > 0 else None}
 
 
+def model_speed(model: str, tasks: list[Task], policies: int) -> dict[str, Any]:
+    """Seconds per policy-task of the model fidelity: ``policies`` rolling-drop settings on every
+    task, one engine (its radix tree shared, as in a search)."""
+    import statistics
+
+    from engine.engine import Engine
+    from evals.cache.evaluator import EvalConfig, Replay
+
+    replay = Replay(Engine.from_pretrained(model), EvalConfig(generate=False))
+    seconds = []
+    for k in range(policies):
+        spec = PolicySpec("rolling_drop", {"keep_tool_responses": 2 * (k + 1)})
+        for task in tasks:
+            t = time.perf_counter()
+            replay.evaluate(spec, task)
+            seconds.append(time.perf_counter() - t)
+    return {"policies": policies, "evaluations": len(seconds), "median_s": statistics.median(seconds),
+            "mean_s": statistics.mean(seconds)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="gemma-3-270m")
     p.add_argument("--suite", default="horizon")
     p.add_argument("--tasks", type=int, default=6)
     p.add_argument("--trials", type=int, default=32)
+    p.add_argument("--model-policies", type=int, default=0, metavar="N",
+                   help="also time N policies with the model on the same tasks (minutes) and report the ratio")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    if args.tasks < 1 or args.trials < 1:
-        p.error(f"--tasks and --trials must be at least 1, got {args.tasks} and {args.trials}")
+    if args.tasks < 1 or args.trials < 1 or args.model_policies < 0:
+        p.error(f"--tasks and --trials must be at least 1 and --model-policies at least 0, got {args.tasks}, "
+                f"{args.trials} and {args.model_policies}")
     tasks, proxy = speed_setup(args.model, args.suite, args.tasks)
     out = {"model": args.model, "suite": args.suite, **screen_speed(proxy, tasks, seed_programs(), args.trials)}
     print(f"{'screen, ms per policy-task':32s} {'whole':>7s} {'proxy':>7s} {'space()+Optuna':>15s}")
@@ -85,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'all (' + str(len(out['programs'])) + ' programs x ' + str(args.trials) + ' trials)':32s} "
           f"{out['ms_per_policy_task']:7.2f} {out['proxy_ms']:7.2f} {out['space_and_optuna_ms']:15.2f}")
     print(f"a search screens {out['policy_task_evaluations_per_min']:.0f} policy-task evaluations a minute")
+    if args.model_policies:
+        out["model_fidelity"] = model_speed(args.model, tasks, args.model_policies)
+        out["ratio"] = 1000 * out["model_fidelity"]["median_s"] / out["ms_per_policy_task"]
+        print(f"the model: {out['model_fidelity']['median_s']:.2f} s per policy-task (median of "
+              f"{out['model_fidelity']['evaluations']}); the screen is {out['ratio']:.0f}x faster "
+              f"(target 1,000x: {'met' if out['ratio'] >= 1000 else 'not met'})")
     write_result(args.out or RESULTS / f"screen-speed-{args.model}-{args.suite}.json", out)
     return 0
 

@@ -18,11 +18,11 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.errors import MessageError, ScheduleError
-from engine.history import REPOSITION, Drop, Item, merge_ranges
+from engine.history import REPOSITION, Drop, Item, Reposition, event_indices, merge_ranges
 from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
 from engine.template import ChatTemplate, get_template, normalize_message
 
@@ -103,11 +103,20 @@ class SessionLayout:
         items: the history of every message with its events (generation prompt excluded).
         ends: ``ends[n]``: how many of :attr:`items` the first ``n`` messages and their events fill.
         prompt: the generation prompt's tokens.
+        events: where the events lie in :attr:`items`, ascending.
+        repositions: whether any event is a reposition.
     """
 
     items: list[Item]
     ends: list[int]
     prompt: list[int]
+    events: list[int] = field(init=False)
+    repositions: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        events = event_indices(self.items)
+        object.__setattr__(self, "events", events)
+        object.__setattr__(self, "repositions", any(isinstance(self.items[e], Reposition) for e in events))
 
     def request(self, n: int) -> list[Item]:
         """The history of the request holding the first ``n`` messages (its generation prompt included)."""

@@ -32,6 +32,7 @@ and the session continues there.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,6 +71,7 @@ class SessionAccountant:
         self._alive = np.zeros(0, dtype=bool)  # per token of stable: alive at its end
         self._pos = np.zeros(0, dtype=np.int64)  # per token of stable: its position at its end
         self._next_pos = 0
+        self._positions = True  # positions are tracked (not when the session's layout never repositions)
 
     @property
     def general(self) -> bool:
@@ -101,10 +103,14 @@ class SessionAccountant:
         output = list(output_ids)
         end = layout.ends[n]
         usage = None
+        if not self._log:
+            self._positions = layout.repositions  # without repositions, positions never matter
         if self._general is None and (self._stable_len == 0 or (
                 isinstance(self._stable, tuple) and self._stable[0] is layout and self._stable[1] <= end)):
-            usage = self._advance([*layout.items[self._stable_len:end], *layout.prompt], len(layout.prompt), output,
-                                  (layout, end))
+            k0 = self._stable_len
+            events = [e - k0 for e in layout.events[bisect_left(layout.events, k0):bisect_left(layout.events, end)]]
+            usage = self._advance([*layout.items[k0:end], *layout.prompt], len(layout.prompt), output, (layout, end),
+                                  events)
         if usage is None:
             usage = self.request_items(layout.request(n), len(layout.prompt), output)
             self._log.pop()
@@ -121,32 +127,39 @@ class SessionAccountant:
     def _fast(self, items: list[Item], g: int, output: list[int]) -> TokenUsage | None:
         """The usage when the request keeps the structure (module docstring), else ``None``."""
         k0 = self._stable_len
-        if len(items) - g < k0 or items[:k0] != _stable_items(self._stable):
+        if not self._positions or len(items) - g < k0 or items[:k0] != _stable_items(self._stable):
             return None
-        return self._advance(items[k0:], g, output, items[:-g])
+        return self._advance(items[k0:], g, output, items[:-g], event_indices(items[k0:]))
 
-    def _advance(self, new: list[Item], g: int, output: list[int],
-                 stable: list[Item] | tuple[SessionLayout, int]) -> TokenUsage | None:
+    def _advance(self, new: list[Item], g: int, output: list[int], stable: list[Item] | tuple[SessionLayout, int],
+                 events: list[int]) -> TokenUsage | None:
         """The usage of a request that is the stable history followed by ``new`` (whose last ``g``
-        items are the generation prompt), when it keeps the structure; else ``None``."""
+        items are the generation prompt; ``events``: where its events lie), when it keeps the
+        structure; else ``None``."""
         k0 = self._stable_len
         if self._branch >= k0:
             return None
         m = common_prefix(self._tail, new)  # the tail holds tokens only: m tokens have KV
         if m >= len(new) or not 0 < g <= len(new) - m or any(type(t) is not int for t in new[-g:]):
             return None
-        walk = _walk(new, self._alive, self._pos, self._next_pos)
+        walk = _walk(new, events, self._alive, self._pos if self._positions else None, self._next_pos)
         if walk is None:
             return None
         alive, pos, next_pos, segments, repos = walk
         t0, n = len(self._alive), len(alive)
-        compute = _closure(alive[t0:], segments, m)
-        prefill = int(compute.sum())
-        cached = int(alive.sum()) - int((alive[t0:] & compute).sum())
+        if segments is None:  # every new token stays alive, so each one without KV is computed
+            prefill = n - t0 - m
+            cached = int(alive.sum()) - prefill
+        else:
+            compute = _closure(alive[t0:], segments, m)
+            prefill = int(compute.sum())
+            cached = int(alive.sum()) - int((alive[t0:] & compute).sum())
         if m < len(self._tail):  # the previous tail branches off here: a later request might match it
             self._branch = max(self._branch, k0 + m)
         self._stable, self._stable_len, self._tail = stable, k0 + len(new) - g, [*new[-g:], *output[:-1]]
-        self._alive, self._pos, self._next_pos = alive[:n - g], pos[:n - g], next_pos - g
+        self._alive, self._next_pos = alive[:n - g], next_pos - g
+        if pos is not None:
+            self._pos = pos[:n - g]
         self.fast_requests += 1
         return TokenUsage(n, prefill, cached, n - prefill - cached, repos, len(output))
 
@@ -159,30 +172,37 @@ def _materialize(request: list[Item] | tuple[SessionLayout, int]) -> list[Item]:
     return request if isinstance(request, list) else request[0].request(request[1])
 
 
-Walk = tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, np.ndarray]], int]
+Walk = tuple[np.ndarray, np.ndarray | None, int, list[tuple[int, int, np.ndarray]] | None, int]
 
 
-def _walk(new: Sequence[Item], alive0: np.ndarray, pos0: np.ndarray, next_pos: int) -> Walk | None:
-    """:func:`engine.history.replay` continued over ``new`` from the state after ``stable``:
-    (alive [N], positions [N], next position, the new segments as (start, end, view) in tokens
-    counted from the first new token with views cut to new tokens, keys rotated by the new
-    repositions). ``None`` for an item the fast path does not take (a Salt after the start)."""
-    events = event_indices(new)
+def _walk(new: Sequence[Item], events: list[int], alive0: np.ndarray, pos0: np.ndarray | None,
+          next_pos: int) -> Walk | None:
+    """:func:`engine.history.replay` continued over ``new`` (its events at ``events``) from the
+    state after ``stable``: (alive [N], positions [N], next position, the new segments as (start,
+    end, view) in tokens counted from the first new token with views cut to new tokens, keys
+    rotated by the new repositions). Without ``pos0`` positions are not tracked (no position is
+    returned, and a reposition is not taken). No segments (``None``) when no drop reaches a new
+    token: every new token is then alive at the end, and the closure needs no views. ``None`` for
+    an item the fast path does not take (a Salt after the start)."""
     t0 = len(alive0)
+    views = any(isinstance(it := new[e], Drop) and it.ranges and it.ranges[-1][1] > t0 for e in events)
     n = t0 + len(new) - len(events)
     alive = np.zeros(n, dtype=bool)
     alive[:t0] = alive0
-    pos = np.empty(n, dtype=np.int64)
-    pos[:t0] = pos0
+    pos = None
+    if pos0 is not None:
+        pos = np.empty(n, dtype=np.int64)
+        pos[:t0] = pos0
     segments: list[tuple[int, int, np.ndarray]] = []
     count, repos, prev = t0, 0, 0
     seg: tuple[int, np.ndarray] | None = None  # the open segment: its start and view (new tokens)
     for e in [*events, len(new)]:
         if prev < e:
-            if seg is None:
+            if seg is None and views:
                 seg = (count - t0, np.flatnonzero(alive[t0:count]))
             run = e - prev
-            pos[count:count + run] = np.arange(next_pos, next_pos + run, dtype=np.int64)
+            if pos is not None:
+                pos[count:count + run] = np.arange(next_pos, next_pos + run, dtype=np.int64)
             alive[count:count + run] = True
             next_pos += run
             count += run
@@ -196,7 +216,7 @@ def _walk(new: Sequence[Item], alive0: np.ndarray, pos0: np.ndarray, next_pos: i
             for s, t in it.ranges:
                 assert t <= count, f"Drop {it} names tokens beyond the {count} seen so far"
                 alive[s:t] = False
-        elif isinstance(it, Reposition):
+        elif isinstance(it, Reposition) and pos is not None:
             idx = np.flatnonzero(alive[:count])
             ranks = np.arange(idx.shape[0], dtype=np.int64)
             repos += int(np.count_nonzero(pos[idx] != ranks))
@@ -207,7 +227,7 @@ def _walk(new: Sequence[Item], alive0: np.ndarray, pos0: np.ndarray, next_pos: i
         prev = e + 1
     if seg is not None:
         segments.append((seg[0], count - t0, seg[1]))
-    return alive, pos, next_pos, segments, repos
+    return alive, pos, next_pos, segments if views else None, repos
 
 
 def _closure(alive: np.ndarray, segments: list[tuple[int, int, np.ndarray]], matched: int) -> np.ndarray:

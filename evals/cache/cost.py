@@ -72,6 +72,12 @@ def counts(usage: Any) -> Counts:
                           usage.get("completion_tokens", 0))
         get = usage.get
     else:
+        try:  # an engine's TokenUsage (every request of every evaluation passes here)
+            return Counts(usage.prompt_tokens, usage.prefill_tokens, usage.cached_tokens, usage.drop_skipped_tokens,
+                          usage.repos_tokens, getattr(usage, "completion_tokens", 0))
+        except AttributeError:
+            pass
+
         def get(name: str, default: Any = None) -> Any:
             return getattr(usage, name, default)
     missing = [f for f in _FIELDS if get(f) is None and f != "completion_tokens"]

@@ -188,27 +188,31 @@ class ProxyReplay(Replay):
         self.table = table
 
     def evaluate_many(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
-        """``spec`` on every task of ``tasks``; one policy run for all of them."""
+        """``spec`` on every task of ``tasks``; one policy run for all of them. Each task is
+        accounted as soon as the policy has decided it, while the policy decides the next (a
+        program runs in its own process: the two overlap)."""
         t0 = time.perf_counter()
+        out: list[TaskResult] = []
+
+        def account(e: int, decisions: tuple[Decision, ...]) -> None:
+            task = tasks[e]
+            try:
+                out.append(self._result(spec, task, dict(zip(episodes[e].cuts, decisions)), t0))
+            except AKVError as err:
+                if err.transient:
+                    raise
+                out.append(self._failed(spec, task, f"{type(err).__name__}: {err}", t0))
+
         try:
             policy = spec.build()
             if policy is None:
                 return [self.evaluate(spec, t) for t in tasks]
             episodes = [self.episode(t) for t in tasks]
-            cuts = [list(e.cuts) for e in episodes]
-            runs = policy.run_episodes(episodes)
+            policy.run_episodes(episodes, account)
         except AKVError as err:  # a policy that cannot run: every task's failure, recorded with its reason
             if err.transient:
                 raise
             return [self._failed(spec, t, f"{type(err).__name__}: {err}", t0) for t in tasks]
-        out = []
-        for task, task_cuts, decisions in zip(tasks, cuts, runs):
-            try:
-                out.append(self._result(spec, task, dict(zip(task_cuts, decisions)), t0))
-            except AKVError as err:
-                if err.transient:
-                    raise
-                out.append(self._failed(spec, task, f"{type(err).__name__}: {err}", t0))
         return out
 
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:

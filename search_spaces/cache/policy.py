@@ -98,10 +98,13 @@ class Policy(abc.ABC):
             return text_decision(raw.messages, raw.meta, request)
         return cache_decision(raw, request)
 
-    def run_episodes(self, episodes: Sequence[Episode]) -> list[tuple[Decision, ...]]:
-        """Decide every request of every episode, each request carrying the previous decision."""
+    def run_episodes(self, episodes: Sequence[Episode],
+                     on_episode: Callable[[int, tuple[Decision, ...]], None] | None = None,
+                     ) -> list[tuple[Decision, ...]]:
+        """Decide every request of every episode, each request carrying the previous decision
+        (``on_episode(e, decisions)``: called as each episode is decided)."""
         out = []
-        for episode in episodes:
+        for e, episode in enumerate(episodes):
             if self.needs_relevance and episode.relevance is None:
                 episode = dataclasses.replace(episode, relevance=self.relevance_for(episode.messages))
             decisions: list[Decision] = []
@@ -110,6 +113,8 @@ class Policy(abc.ABC):
                 request = episode.request(n, prev.wire if prev else None, prev.n_messages if prev else 0)
                 decisions.append(self.decide_request(request))
             out.append(tuple(decisions))
+            if on_episode is not None:
+                on_episode(e, out[-1])
         return out
 
     def run_episode(self, messages: Sequence[Mapping[str, Any]], *, token_counts: Sequence[int] | None = None,

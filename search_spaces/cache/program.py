@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -59,7 +59,7 @@ program's module code afresh in its process, as a new process would, without pay
 
 
 def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[str, Any],
-               answer: Any = None) -> ChildOutput:
+               answer: Any = None, partial: Callable[[bytes], None] | None = None) -> ChildOutput:
     """``message`` (a ``space`` or ``decide`` call) answered by the program's pooled sandbox process.
     Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
     lifetime = SandboxLimits((limits.cpu_seconds + 1) * (SESSIONS.max_calls + 1), limits.wall_seconds, limits.memory_mb,
@@ -68,14 +68,25 @@ def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[st
     def start() -> SandboxSession:
         return SandboxSession({"mode": "program", "source": source}, lifetime, call_cpu_seconds=limits.cpu_seconds)
 
-    return SESSIONS.ask((sha256, limits), start, message, answer)
+    return SESSIONS.ask((sha256, limits), start, message, answer, partial)
+
+
+OnEpisode = Callable[[int, tuple[Decision, ...]], None]
+"""(episode index, its validated decisions): called as each episode's decisions arrive."""
 
 
 def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episode],
-                limits: SandboxLimits | None = None) -> SandboxResult:
+                limits: SandboxLimits | None = None, on_episode: OnEpisode | None = None) -> SandboxResult:
     """Check ``source``, run ``decide`` on every request of ``episodes`` in one sandbox process
     (each request carries the program's previous decision) and validate each decision. The program
     gets its ``DEFAULTS`` updated with ``params``; a name outside ``DEFAULTS`` is a failure.
+
+    The sandbox sends each episode's decisions as soon as it has made them, and they are validated
+    (and given to ``on_episode``) while it decides the next episodes: the caller's work on them
+    overlaps the program's. A call of ``on_episode`` does not mean the run succeeds (a later
+    episode can still fail it); an exception it raises is raised again once the sandbox has
+    answered, and it is not called after one. It runs while the sandbox pool is held: it must not
+    run a program itself.
 
     Raises:
         ParameterError: ``params`` are not JSON values (a caller mistake).
@@ -88,33 +99,71 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
         unknown = sorted(set(params) - set(check.defaults))[0]
         return SandboxResult(Status.INVALID, f"parameter {unknown!r} is not in the program's DEFAULTS", check.sha256)
     job = {"mode": "decide", "params": _job_params({**(check.defaults or {}), **params}),
-           "episodes": [_episode_job(e) for e in episodes]}
-    out = _sandboxed(source, check.sha256, limits, job)
+           "episodes": [_episode_job(e) for e in episodes], "stream": True}
+    validated: list[tuple[Decision, ...]] = []
+    failed: list[tuple[Status, str]] = []  # the first failure found in a streamed part
+    raised: list[Exception] = []  # what on_episode raised
+    received = [0]  # bytes streamed
+
+    def partial(line: bytes) -> None:
+        if failed:
+            return
+        received[0] += len(line)
+        if received[0] > limits.max_output_bytes:
+            failed.append((Status.OUTPUT_LIMIT, f"the answer exceeds {limits.max_output_bytes} bytes"))
+            return
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError):
+            msg = None
+        e, wires = (msg.get("partial"), msg.get("decisions")) if isinstance(msg, dict) else (None, None)
+        if (e != len(validated) or e >= len(episodes) or not isinstance(wires, list)
+                or len(wires) != len(episodes[e].cuts)):
+            failed.append((Status.CRASHED, "the sandbox answered with the wrong number of decisions"))
+            return
+        try:
+            decisions = _validated(episodes[e], wires)
+        except DecisionError as err:
+            failed.append((Status.INVALID, one_line(f"episode {e}: {err}")))
+            return
+        validated.append(decisions)
+        if on_episode is not None and not raised:
+            try:
+                on_episode(e, decisions)
+            except Exception as err:  # noqa: BLE001 - raised again once the sandbox has answered
+                raised.append(err)
+
+    out = _sandboxed(source, check.sha256, limits, job, partial=partial)
+    if raised:
+        raise raised[0]
     if out.status is not Status.OK or out.answer is None:
         return SandboxResult(out.status, out.reason, check.sha256, out.wall_seconds)
-    raw = out.answer.get("episodes")
-    if not isinstance(raw, list) or len(raw) != len(episodes) or any(
-            not isinstance(w, list) or len(w) != len(e.cuts) for w, e in zip(raw, episodes)):
+    if failed:
+        return SandboxResult(*failed[0], check.sha256, out.wall_seconds)
+    if out.answer.get("episodes") != len(episodes) or len(validated) != len(episodes):
         return SandboxResult(Status.CRASHED, "the sandbox answered with the wrong number of decisions",
                              check.sha256, out.wall_seconds)
-    validated = []
-    for e, (episode, wires) in enumerate(zip(episodes, raw)):
-        decisions: list[Decision] = []
-        previous: tuple[Any, int] = (None, 0)
-        for n, wire in zip(episode.cuts, wires):
-            try:
-                if decisions and wire == previous[0]:  # unchanged: valid as before, and it extends itself
-                    decisions.append(Decision(PolicyKind.CACHE, n, schedule=decisions[-1].schedule))
-                elif decisions and (added := appended_decision(wire, n, previous[0], decisions[-1])) is not None:
-                    decisions.append(added)
-                else:
-                    decisions.append(cache_decision(wire, episode.request(n, *previous),
-                                                    decisions[-1].schedule if decisions else None))
-            except DecisionError as err:
-                return SandboxResult(Status.INVALID, one_line(f"episode {e}: {err}"), check.sha256, out.wall_seconds)
-            previous = (wire, n)
-        validated.append(tuple(decisions))
     return SandboxResult(Status.OK, "ok", check.sha256, out.wall_seconds, tuple(validated))
+
+
+def _validated(episode: Episode, wires: list[Any]) -> tuple[Decision, ...]:
+    """The decisions of ``episode``'s requests, each checked (and against the one before).
+
+    Raises:
+        DecisionError: the first that is not valid.
+    """
+    decisions: list[Decision] = []
+    previous: tuple[Any, int] = (None, 0)
+    for n, wire in zip(episode.cuts, wires):
+        if decisions and wire == previous[0]:  # unchanged: valid as before, and it extends itself
+            decisions.append(Decision(PolicyKind.CACHE, n, schedule=decisions[-1].schedule))
+        elif decisions and (added := appended_decision(wire, n, previous[0], decisions[-1])) is not None:
+            decisions.append(added)
+        else:
+            decisions.append(cache_decision(wire, episode.request(n, *previous),
+                                            decisions[-1].schedule if decisions else None))
+        previous = (wire, n)
+    return tuple(decisions)
 
 
 def suggest_params(source: str, trial: Any, limits: SandboxLimits | None = None) -> SandboxResult:
@@ -271,12 +320,14 @@ class ProgramPolicy(Policy):
         wire: Mapping[str, Any] = out.answer["episodes"][0][0]
         return wire
 
-    def run_episodes(self, episodes: Sequence[Episode]) -> list[tuple[Decision, ...]]:
-        """All episodes in one sandbox call. Raises :class:`ProgramFailure` (with ``.result``)."""
+    def run_episodes(self, episodes: Sequence[Episode], on_episode: OnEpisode | None = None,
+                     ) -> list[tuple[Decision, ...]]:
+        """All episodes in one sandbox call (``on_episode``: see :func:`run_program`). Raises
+        :class:`ProgramFailure` (with ``.result``)."""
         if self.needs_relevance:
             episodes = [e if e.relevance is not None else Episode(e.messages, e.token_counts, e.cuts,
                                                                   self.relevance_for(e.messages)) for e in episodes]
-        result = run_program(self.source, self._params, episodes, self.limits)
+        result = run_program(self.source, self._params, episodes, self.limits, on_episode)
         if not result.ok:
             raise ProgramFailure(f"program failed: {result.reason}", result=result)
         return list(result.decisions)

@@ -279,14 +279,16 @@ class RequestView:
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
                  previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None, *,
                  call_ends: Sequence[int] | None = None, prompt_ends: Mapping[int, int] | None = None,
-                 problems: Mapping[str, str] | None = None, built: Trajectory | None = None) -> None:
+                 problems: Mapping[str, str] | None = None, built: Trajectory | None = None,
+                 previous_json: str | None = None) -> None:
         """``call_ends`` / ``prompt_ends``: what an AKV harness declares (default: the complete tool
         batches, no prompt suffixes). ``problems``: method name -> why the harness's declaration is
         unusable; calling that method then raises ``ValueError`` and is recorded in ``_refused``, so
         an exported module can refuse the request even when the program catches the exception.
         ``built``: the whole trajectory made once (:class:`Trajectory`), of which ``messages`` and
         ``tokens`` are the first ones: the requests of one trajectory share it instead of rebuilding
-        their messages (programs cannot assign attributes)."""
+        their messages (programs cannot assign attributes). ``previous_json``: ``previous`` as JSON
+        text, when the caller has it (the view keeps the text and parses it on access)."""
         if len(tokens) != len(messages):
             raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
         whole = built if built is not None else Trajectory(messages, tokens)
@@ -298,7 +300,7 @@ class RequestView:
         self.n = n
         self._calls = whole.calls[:n + 1]
         self.call_index = self._calls[-1] if call_index is None else int(call_index)
-        self._previous = json.loads(json.dumps(previous)) if previous is not None else None
+        self._previous = previous_json if previous is None else json.dumps(previous)
         self.relevance = tuple(float(r) for r in relevance) if relevance is not None else None
         self._prefix = whole.prefix[:n + 1]
         self._call_ends = tuple(int(i) for i in call_ends) if call_ends is not None else None
@@ -309,7 +311,7 @@ class RequestView:
     @property
     def previous(self) -> dict[str, Any] | None:
         """A fresh copy of the previous decision, so a program cannot alter the record."""
-        return json.loads(json.dumps(self._previous)) if self._previous is not None else None
+        return json.loads(self._previous) if self._previous is not None else None
 
     def total_tokens(self) -> int:
         return self._prefix[-1]

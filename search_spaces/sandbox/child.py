@@ -287,7 +287,7 @@ def _serve_lines(cap: int, answer: Any) -> None:
         reply = answer(msg)
         if reply is None:
             return
-        text = json.dumps(reply)
+        text = _encode(reply)
         if len(text) > cap:
             text = json.dumps({"status": "output_limit", "reason": f"the answer exceeds {cap} bytes"})
         sys.stdout.write(text + "\n")
@@ -315,27 +315,50 @@ def _wire_text(raw: Any, api: Any) -> tuple[str | None, str]:
 
 
 def _decide_all(job: dict[str, Any], decide: Any, api: Any, stage: Stage) -> dict[str, Any]:
-    out: list[list[Any]] = []
+    """Every request's decision, kept as the JSON text it is sent as (the reply embeds the texts).
+    With ``job["stream"]`` each episode's decisions go out as a line ``{"partial": e, "decisions":
+    [...]}`` as soon as they are made (the host checks and uses them while the next episode is
+    decided), and the answer gives only their number."""
+    stream = job.get("stream") is True
+    out: list[list[str]] = []
     size, cap = 0, int(job["limits"]["max_output_bytes"])
     for e, ep in enumerate(job["episodes"]):
-        decisions: list[Any] = []
+        decisions: list[str] = []
         previous = ep.get("previous")
+        text: str | None = json.dumps(previous) if previous is not None else None
         built = api.Trajectory(ep["messages"], ep["tokens"])
         for n in ep["cuts"]:
             stage.where = f"[episode {e}, request of {n} messages]"
             rel = ep["relevance"][:n] if ep["relevance"] is not None else None
-            view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, previous, rel, built=built)
+            view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, None, rel, built=built,
+                                   previous_json=text)
             text, why = _wire_text(decide(view, dict(job["params"])), api)
             if text is None:
                 return {"status": "error", "reason": f"{why} {stage.where}"}
             size += len(text)
             if size > cap:
                 return {"status": "output_limit", "reason": f"decisions exceed {cap} bytes of output"}
-            decisions.append(json.loads(text))
-            previous = decisions[-1]
+            decisions.append(text)
         out.append(decisions)
+        if stream:
+            sys.stdout.write(_encode({"partial": e, "decisions": Raw("[" + ",".join(decisions) + "]")}) + "\n")
+            sys.stdout.flush()
     stage.where = ""
-    return {"status": "ok", "episodes": out}
+    if stream:
+        return {"status": "ok", "episodes": len(out)}
+    return {"status": "ok", "episodes": Raw("[" + ",".join("[" + ",".join(d) + "]" for d in out) + "]")}
+
+
+class Raw(str):
+    """JSON text to embed as it is in an answer (the decisions, already encoded one by one)."""
+
+
+def _encode(answer: dict[str, Any]) -> str:
+    """``answer`` as one JSON line, a :class:`Raw` value embedded as the text it holds."""
+    if not any(isinstance(v, Raw) for v in answer.values()):
+        return json.dumps(answer)
+    return "{" + ", ".join(f"{json.dumps(k)}: {v if isinstance(v, Raw) else json.dumps(v)}"
+                           for k, v in answer.items()) + "}"
 
 
 def _survive_one(request: Any, params: dict[str, Any], decide: Any, survival: Any,
@@ -400,7 +423,7 @@ def main() -> None:
         result = _run(job, api, rules, stage, survival)
         if result is None:
             return
-        text = json.dumps(result)  # still guarded: a program may have rebound this module's globals
+        text = _encode(result)  # still guarded: a program may have rebound this module's globals
     except MemoryError:
         text = json.dumps({"status": "memory", "reason": stage.reason("out of memory")})
     if len(text) > int(job["limits"]["max_output_bytes"]):

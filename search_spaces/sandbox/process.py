@@ -337,13 +337,15 @@ class SandboxSession:
         self.close()
 
     def ask(self, message: dict[str, Any], answer: Callable[[dict[str, Any]], Any] | None = None, *,
-            keep_on_error: bool = False) -> ChildOutput:
+            keep_on_error: bool = False, partial: Callable[[bytes], None] | None = None) -> ChildOutput:
         """Send one request line and wait for its answer (status OK: ``answer`` is the parsed line).
 
         ``answer`` serves the child's ``{"ask": spec}`` lines before its answer, as in
         :func:`run_child` (at most ``limits.max_params``; a failure to answer is ``INVALID``).
-        With ``keep_on_error`` an ``ERROR`` answer (the program raised; the child caught it and is
-        intact) leaves the session alive; every other failure ends it.
+        ``partial`` is given each ``{"partial": ...}`` line (unparsed) as it arrives, while the child
+        goes on: a streamed part of the answer. With ``keep_on_error`` an ``ERROR`` answer (the
+        program raised; the child caught it and is intact) leaves the session alive; every other
+        failure ends it.
         """
         if self.failure is not None:
             return self.failure
@@ -352,7 +354,10 @@ class SandboxSession:
         start, cpu0 = time.monotonic(), _cpu_seconds(self.proc.pid)
         dialog = _Dialog(self.proc, b"", answer, self.limits.max_params) if answer is not None else None
         while True:
-            out = self._answer(start, cpu0, questions=dialog is not None)
+            out = self._answer(start, cpu0, questions=dialog is not None, partials=partial is not None)
+            if out.reason == "partial" and out.answer is not None and partial is not None:
+                partial(out.answer["line"])
+                continue
             if dialog is None or out.reason != "ask" or out.answer is None:
                 break
             if not dialog.serve(bytearray(out.answer["line"] + b"\n")):
@@ -383,10 +388,11 @@ class SandboxSession:
             self.proc.wait()
 
     def _answer(self, start: float | None = None, cpu0: float | None = None, questions: bool = False,
-                ) -> ChildOutput:
+                partials: bool = False) -> ChildOutput:
         """The next answer line (or how the child ended), within the limits of the call begun at
         ``start`` (the wall clock) with ``cpu0`` CPU seconds used. With ``questions``, a question
-        line comes back unparsed as ``OK`` with reason ``"ask"`` and ``answer={"line": ...}``."""
+        line comes back unparsed as ``OK`` with reason ``"ask"`` and ``answer={"line": ...}``; with
+        ``partials``, a streamed part likewise with reason ``"partial"``."""
         start = time.monotonic() if start is None else start
         deadline = start + self.limits.wall_seconds
         cap = self.limits.max_output_bytes + 4096
@@ -425,6 +431,8 @@ class SandboxSession:
             self._out[:] = rest
             if questions and line.startswith(b'{"ask"'):
                 return ChildOutput(Status.OK, "ask", {"line": line}, wall)
+            if partials and line.startswith(b'{"partial"'):
+                return ChildOutput(Status.OK, "partial", {"line": line}, wall)
             return _classify(0, line, b"", "exit", self.limits, wall)
         try:
             rc = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -472,7 +480,8 @@ class SessionPool:
         self._sessions, self._lock = {}, threading.Lock()
 
     def ask(self, key: Any, start: Callable[[], SandboxSession], message: dict[str, Any],
-            answer: Callable[[dict[str, Any]], Any] | None = None) -> ChildOutput:
+            answer: Callable[[dict[str, Any]], Any] | None = None,
+            partial: Callable[[bytes], None] | None = None) -> ChildOutput:
         """``message`` to the session of ``key`` (started by ``start()`` when there is none alive);
         a program's error leaves the session alive."""
         with self._lock:
@@ -488,7 +497,7 @@ class SessionPool:
             self._sessions[key] = session
             while len(self._sessions) > self.size:
                 self._sessions.pop(next(iter(self._sessions))).close()
-            return session.ask(message, answer, keep_on_error=True)
+            return session.ask(message, answer, keep_on_error=True, partial=partial)
 
     def close(self) -> None:
         with self._lock:

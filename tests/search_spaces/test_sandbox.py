@@ -389,26 +389,87 @@ def test_processes_are_replaced_after_max_calls_and_least_recent_first(pool):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("mode", ["decide", "space"])
+@pytest.mark.parametrize("mode", ["decide", "stream", "space"])
 def test_program_mode_answers_stay_inside_the_guard(tmp_path, mode, kind):
     canary = tmp_path / "canary"
     job = _unchecked_job("")
+    parts: list[bytes] = []
     with SandboxSession({"mode": "program", "source": HOSTILE.format(canary=str(canary), kind=kind)}, LIMITS) as s:
         for _ in range(2):
-            out = s.ask({"mode": mode, "params": {}, "episodes": job["episodes"]},
-                        (lambda spec: 1) if mode == "space" else None, keep_on_error=True)
+            out = s.ask({"mode": "space" if mode == "space" else "decide", "params": {}, "episodes": job["episodes"],
+                         "stream": mode == "stream"},
+                        (lambda spec: 1) if mode == "space" else None, keep_on_error=True, partial=parts.append)
             assert not _touched(canary, out.reason), (out.status, out.reason)
 
 
+@pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("how", ["json", "lists", "exc_info", "class"])
-def test_a_kept_process_stays_guarded_after_its_globals_were_rebound(tmp_path, how):
+def test_a_kept_process_stays_guarded_after_its_globals_were_rebound(tmp_path, how, stream):
     canary = tmp_path / "canary"
     job = _unchecked_job("")
     with SandboxSession({"mode": "program", "source": HIJACK.format(canary=str(canary), how=how)}, LIMITS) as s:
-        answers = [s.ask({"mode": "decide", "params": {}, "episodes": job["episodes"]}, keep_on_error=True)
-                   for _ in range(3)]
+        answers = [s.ask({"mode": "decide", "params": {}, "episodes": job["episodes"], "stream": stream},
+                         keep_on_error=True, partial=lambda line: None) for _ in range(3)]
     assert not canary.exists(), [(a.status, a.reason) for a in answers]
     assert all(a.status is not Status.OK for a in answers[:1])
+
+
+def test_each_episode_is_handed_over_as_soon_as_it_is_decided(pool):
+    """run_program streams: on_episode gets episode e's validated decisions before the sandbox has
+    finished (here: while the program still sleeps in a busy loop on the last episode), in order,
+    equal to the final result's."""
+    source = prog("    x = 0\n    if request.n == 10 and request.tokens[0] == 21:\n"
+                  "        for i in range(3_000_000):\n            x += i\n"
+                  "    plan = request.plan()\n    if request.n > 2:\n        plan.drop(2, [1])\n    return plan")
+    last = Episode.of(MSGS, [21] + [20] * (len(MSGS) - 1))
+    seen: list[tuple[int, float]] = []
+    got: list[tuple] = []
+
+    def on_episode(e, decisions):
+        seen.append((e, time.perf_counter()))
+        got.append(decisions)
+
+    start = time.perf_counter()
+    r = run_program(source, {}, [EPISODE, EPISODE, last], LIMITS, on_episode)
+    end = time.perf_counter()
+    assert r.ok, r.reason
+    assert [e for e, _ in seen] == [0, 1, 2] and tuple(got) == r.decisions
+    assert seen[1][1] - start < (end - start) / 2  # the first two arrived long before the busy last one ended
+
+
+def test_a_later_failure_fails_the_run_and_a_callback_error_is_raised_after_it(pool):
+    """Episodes handed over before a failure do not make the run a success; an exception of the
+    callback is raised once the sandbox has answered, and the kept process still serves."""
+    failing = prog("    if request.tokens[0] == 21:\n        raise ValueError('late')\n    return request.plan()")
+    last = Episode.of(MSGS, [21] + [20] * (len(MSGS) - 1))
+    seen: list[int] = []
+    r = run_program(failing, {}, [EPISODE, EPISODE, last], LIMITS, lambda e, d: seen.append(e))
+    assert r.status is Status.ERROR and "ValueError" in r.reason and seen == [0, 1]
+
+    def boom(e, decisions):
+        raise RuntimeError(f"callback {e}")
+
+    with pytest.raises(RuntimeError, match="callback 0"):
+        run_program(ROLL, {"keep": 1}, [EPISODE, EPISODE], LIMITS, boom)
+    assert run_program(ROLL, {"keep": 1}, [EPISODE, EPISODE], LIMITS).ok  # the process answered in full
+
+
+def test_a_proxy_evaluation_fails_every_task_when_a_late_episode_fails(pool):
+    """ProxyReplay accounts tasks while the program decides the next: a failure on the last task
+    must still fail every task (a policy that cannot run has no score anywhere)."""
+    from evals.cache.evaluator import EvalConfig, PolicySpec
+    from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay
+    from evals.tasks import load_suite
+    from tests.conftest import get_engine
+
+    tasks = load_suite("smoke", "train")[:3]
+    engine = get_engine("tiny-random")
+    proxy = ProxyReplay(DryEngine(engine.renderer, 1), EvidenceTable({}), EvalConfig(generate=False))
+    last = tasks[-1].id
+    source = prog(f"    if request.n > 3 and request.messages[1].content == {tasks[-1].messages[1]['content']!r}:\n"
+                  "        raise ValueError('the last task')\n    return request.plan()")
+    results = proxy.evaluate_many(PolicySpec("program", {}, source=source), tasks)
+    assert [r.ok for r in results] == [False] * 3 and all("the last task" in (r.error or "") for r in results), last
 
 
 def test_an_unchanged_decision_is_the_one_full_validation_gives():
