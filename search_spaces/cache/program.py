@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -53,22 +54,31 @@ def _job_params(params: Mapping[str, Any]) -> dict[str, Any]:
         raise ParameterError(f"program parameters must be JSON values: {err}", field="params") from err
 
 
-SESSIONS = SessionPool()
-"""The sandbox processes of the programs run lately (one per program and limits): a call runs the
-program's module code afresh in its process, as a new process would, without paying for one."""
+SHARDS = 2
+"""Sandbox processes that decide one call's episodes at the same time (process k the episodes k,
+k + SHARDS, ...: their decisions are checked in order, in turns, as they arrive): a program's
+decisions are most of a screen's time, and this machine has two cores."""
+
+SESSIONS = SessionPool(size=4 * SHARDS)
+"""The sandbox processes of the programs run lately (``SHARDS`` per program and limits): a call
+runs the program's module code afresh in each, as a new process would, without paying for one."""
 
 
-def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[str, Any],
-               answer: Any = None, partial: Callable[[bytes], None] | None = None) -> ChildOutput:
-    """``message`` (a ``space`` or ``decide`` call) answered by the program's pooled sandbox process.
-    Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
+def _starter(source: str, limits: SandboxLimits) -> Callable[[], SandboxSession]:
     lifetime = SandboxLimits((limits.cpu_seconds + 1) * (SESSIONS.max_calls + 1), limits.wall_seconds, limits.memory_mb,
                              limits.max_output_bytes, limits.max_params)
 
     def start() -> SandboxSession:
         return SandboxSession({"mode": "program", "source": source}, lifetime, call_cpu_seconds=limits.cpu_seconds)
 
-    return SESSIONS.ask((sha256, limits), start, message, answer, partial)
+    return start
+
+
+def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[str, Any],
+               answer: Any = None) -> ChildOutput:
+    """``message`` (a ``space`` or ``decide`` call) answered by the program's pooled sandbox process.
+    Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
+    return SESSIONS.ask((sha256, limits), _starter(source, limits), message, answer)
 
 
 OnEpisode = Callable[[int, tuple[Decision, ...]], None]
@@ -98,14 +108,14 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
     if check.defaults is not None and set(params) - set(check.defaults):
         unknown = sorted(set(params) - set(check.defaults))[0]
         return SandboxResult(Status.INVALID, f"parameter {unknown!r} is not in the program's DEFAULTS", check.sha256)
-    job = {"mode": "decide", "params": _job_params({**(check.defaults or {}), **params}),
-           "episodes": [_episode_job(e) for e in episodes], "stream": True}
+    job_params = _job_params({**(check.defaults or {}), **params})
+    parts = [episodes[k::SHARDS] for k in range(min(SHARDS, len(episodes)))] or [[]]
     validated: list[tuple[Decision, ...]] = []
     failed: list[tuple[Status, str]] = []  # the first failure found in a streamed part
     raised: list[Exception] = []  # what on_episode raised
     received = [0]  # bytes streamed
 
-    def partial(line: bytes) -> None:
+    def partial(shard: int, line: bytes) -> None:
         if failed:
             return
         received[0] += len(line)
@@ -116,7 +126,8 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
             msg = json.loads(line)
         except (ValueError, RecursionError):
             msg = None
-        e, wires = (msg.get("partial"), msg.get("decisions")) if isinstance(msg, dict) else (None, None)
+        local, wires = (msg.get("partial"), msg.get("decisions")) if isinstance(msg, dict) else (None, None)
+        e = local * len(parts) + shard if type(local) is int else -1  # shard k decides episodes k, k + K, ...
         if (e != len(validated) or e >= len(episodes) or not isinstance(wires, list)
                 or len(wires) != len(episodes[e].cuts)):
             failed.append((Status.CRASHED, "the sandbox answered with the wrong number of decisions"))
@@ -133,17 +144,24 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
             except Exception as err:  # noqa: BLE001 - raised again once the sandbox has answered
                 raised.append(err)
 
-    out = _sandboxed(source, check.sha256, limits, job, partial=partial)
+    start = _starter(source, limits)
+    outs = SESSIONS.ask_all([
+        ((check.sha256, limits, k), start,
+         {"mode": "decide", "params": job_params, "episodes": [_episode_job(e) for e in part], "stream": True},
+         functools.partial(partial, k)) for k, part in enumerate(parts)])
     if raised:
         raise raised[0]
-    if out.status is not Status.OK or out.answer is None:
-        return SandboxResult(out.status, out.reason, check.sha256, out.wall_seconds)
+    wall = max((o.wall_seconds for o in outs), default=0.0)
+    for out in outs:
+        if out.status is not Status.OK or out.answer is None:
+            return SandboxResult(out.status, out.reason, check.sha256, wall)
     if failed:
-        return SandboxResult(*failed[0], check.sha256, out.wall_seconds)
-    if out.answer.get("episodes") != len(episodes) or len(validated) != len(episodes):
+        return SandboxResult(*failed[0], check.sha256, wall)
+    if any(o.answer is None or o.answer.get("episodes") != len(part) for o, part in zip(outs, parts)) or len(
+            validated) != len(episodes):
         return SandboxResult(Status.CRASHED, "the sandbox answered with the wrong number of decisions",
-                             check.sha256, out.wall_seconds)
-    return SandboxResult(Status.OK, "ok", check.sha256, out.wall_seconds, tuple(validated))
+                             check.sha256, wall)
+    return SandboxResult(Status.OK, "ok", check.sha256, wall, tuple(validated))
 
 
 def _validated(episode: Episode, wires: list[Any]) -> tuple[Decision, ...]:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -309,6 +309,7 @@ class SandboxSession:
         self.call_cpu_seconds = call_cpu_seconds
         self.failure: ChildOutput | None = None
         self.calls = 0
+        self._sent: tuple[float, float | None] = (time.monotonic(), None)  # the last request: wall clock, CPU
         self._tmp = tempfile.TemporaryDirectory(prefix="akv-sandbox-")
         payload = json.dumps({"mode": "serve", **job, "limits": limits.for_child()}).encode() + b"\n"
         self.proc = subprocess.Popen(
@@ -347,25 +348,63 @@ class SandboxSession:
         program raised; the child caught it and is intact) leaves the session alive; every other
         failure ends it.
         """
+        self.send(message)
+        return self.receive(answer, keep_on_error=keep_on_error, partial=partial)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send one request line; :meth:`receive` waits for its answer. Other sessions may be sent
+        to in between: their children then work at the same time. Limits count from here."""
         if self.failure is not None:
-            return self.failure
+            return
         self.calls += 1
         _send(self.proc, json.dumps(message).encode() + b"\n")
-        start, cpu0 = time.monotonic(), _cpu_seconds(self.proc.pid)
+        self._sent = (time.monotonic(), _cpu_seconds(self.proc.pid))
+
+    def receive(self, answer: Callable[[dict[str, Any]], Any] | None = None, *, keep_on_error: bool = False,
+                partial: Callable[[bytes], None] | None = None) -> ChildOutput:
+        """The answer to the request :meth:`send` sent (see :meth:`ask`)."""
+        steps = self.steps(answer, keep_on_error=keep_on_error, partials=partial is not None)
+        for step in steps:
+            if isinstance(step, ChildOutput):
+                return step
+            assert partial is not None
+            partial(step)
+        raise AssertionError("steps() ends with the answer")
+
+    def steps(self, answer: Callable[[dict[str, Any]], Any] | None = None, *, keep_on_error: bool = False,
+              partials: bool = True) -> Iterator[bytes | ChildOutput]:
+        """:meth:`receive` one step at a time: each streamed part (a ``{"partial": ...}`` line, with
+        ``partials``) as it arrives, then the answer, a :class:`ChildOutput`. Several sessions can
+        be read in turns this way, each step waiting for its own child only."""
+        if self.failure is not None:
+            yield self.failure
+            return
+        start, cpu0 = self._sent
         dialog = _Dialog(self.proc, b"", answer, self.limits.max_params) if answer is not None else None
         while True:
-            out = self._answer(start, cpu0, questions=dialog is not None, partials=partial is not None)
-            if out.reason == "partial" and out.answer is not None and partial is not None:
-                partial(out.answer["line"])
+            out = self._answer(start, cpu0, questions=dialog is not None, partials=partials)
+            if out.reason == "partial" and out.answer is not None and partials:
+                yield out.answer["line"]
                 continue
             if dialog is None or out.reason != "ask" or out.answer is None:
                 break
             if not dialog.serve(bytearray(out.answer["line"] + b"\n")):
                 out = ChildOutput(Status.INVALID, one_line(dialog.failure), None, time.monotonic() - start)
                 break
+        if out.status is Status.OK and self._over_cpu(cpu0):  # it answered, but past its CPU time
+            out = ChildOutput(Status.TIMEOUT, f"CPU time limit of {self.call_cpu_seconds:g} s exceeded", None,
+                              time.monotonic() - start)
         if out.status is not Status.OK and not (keep_on_error and out.status is Status.ERROR):
             self._fail(out)
-        return out
+        yield out
+
+    def _over_cpu(self, cpu0: float | None) -> bool:
+        """Whether the call begun with ``cpu0`` CPU seconds used has used more than its share (while
+        its answer waited to be read, say)."""
+        if self.call_cpu_seconds is None or cpu0 is None:
+            return False
+        used = _cpu_seconds(self.proc.pid)
+        return used is not None and used - cpu0 > self.call_cpu_seconds
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -485,19 +524,53 @@ class SessionPool:
         """``message`` to the session of ``key`` (started by ``start()`` when there is none alive);
         a program's error leaves the session alive."""
         with self._lock:
-            session = self._sessions.pop(key, None)
-            if session is not None and (not session.alive or session.calls >= self.max_calls):
-                session.close()
-                session = None
-            if session is None:
-                session = start()
-                if session.failure is not None:
-                    session.close()
-                    return session.failure
-            self._sessions[key] = session
-            while len(self._sessions) > self.size:
-                self._sessions.pop(next(iter(self._sessions))).close()
+            session = self._take(key, start)
+            if session.failure is not None:
+                return session.failure
             return session.ask(message, answer, keep_on_error=True, partial=partial)
+
+    def ask_all(self, calls: Sequence[tuple[Any, Callable[[], SandboxSession], dict[str, Any],
+                                            Callable[[bytes], None] | None]]) -> list[ChildOutput]:
+        """Several ``(key, start, message, partial)`` calls at once, each to the session of its own
+        key: every message is sent (the children work at the same time), then their streamed parts
+        are read in turns, one part of each call in the order of ``calls``, round and round, as
+        long as a call has parts left. As :meth:`ask` otherwise."""
+        if len({key for key, *_ in calls}) != len(calls) or len(calls) > self.size:
+            raise ValueError(f"ask_all needs distinct keys, at most {self.size}")
+        with self._lock:
+            sessions = [self._take(key, start) for key, start, _, _ in calls]
+            for session, (_, _, message, _) in zip(sessions, calls):
+                session.send(message)
+            steps = [session.steps(keep_on_error=True, partials=partial is not None) for session, (*_, partial)
+                     in zip(sessions, calls)]
+            outs: list[ChildOutput | None] = [None] * len(calls)
+            while any(o is None for o in outs):
+                for i, (step, (*_, partial)) in enumerate(zip(steps, calls)):
+                    if outs[i] is not None:
+                        continue
+                    got = next(step)
+                    if isinstance(got, ChildOutput):
+                        outs[i] = got
+                    elif partial is not None:
+                        partial(got)
+            return [o for o in outs if o is not None]
+
+    def _take(self, key: Any, start: Callable[[], SandboxSession]) -> SandboxSession:
+        """The live session of ``key`` (a new one when there is none, or a failed one that is not
+        kept: its ``failure`` says why), made the most recently used. Holds the lock."""
+        session = self._sessions.pop(key, None)
+        if session is not None and (not session.alive or session.calls >= self.max_calls):
+            session.close()
+            session = None
+        if session is None:
+            session = start()
+            if session.failure is not None:
+                session.close()
+                return session
+        self._sessions[key] = session
+        while len(self._sessions) > self.size:
+            self._sessions.pop(next(iter(self._sessions))).close()
+        return session
 
     def close(self) -> None:
         with self._lock:

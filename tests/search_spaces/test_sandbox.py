@@ -429,6 +429,7 @@ def test_each_episode_is_handed_over_as_soon_as_it_is_decided(pool):
         seen.append((e, time.perf_counter()))
         got.append(decisions)
 
+    assert run_program(source, {}, [EPISODE, EPISODE, last], LIMITS).ok  # the processes start (not timed)
     start = time.perf_counter()
     r = run_program(source, {}, [EPISODE, EPISODE, last], LIMITS, on_episode)
     end = time.perf_counter()
@@ -485,3 +486,42 @@ def test_an_unchanged_decision_is_the_one_full_validation_gives():
         previous, prev_n, prev_schedule = d.wire, n, d.schedule
     assert [d.n_messages for d in r.decisions[0]] == [2, 4, 6, 8, 10]
     assert r.decisions[0][-1].wire == {"drop_message": {"3": [1]}, "reposition": []}
+
+
+def test_episodes_are_split_across_processes_without_changing_a_decision(pool, monkeypatch):
+    """Two processes decide a call's episodes at once (even and odd): the decisions equal one
+    process's, in order, and each process keeps the per-call CPU limit; a failure in either fails
+    the call."""
+    import search_spaces.cache.program as program
+
+    episodes = [Episode.of(MSGS, [20 + k] * len(MSGS)) for k in range(5)]
+    source = ROLL.replace('params["keep"]', "keep").replace(
+        "    tools = request.tool_responses()\n",
+        "    tools = request.tool_responses()\n    keep = params['keep'] + (request.tokens[0] - 20) % 2\n")
+    split = run_program(source, {"keep": 1}, episodes, LIMITS)
+    assert split.ok, split.reason
+    assert len(pool._sessions) == 2
+    monkeypatch.setattr(program, "SHARDS", 1)
+    whole = run_program(source, {"keep": 1}, episodes, LIMITS)
+    assert whole.ok and whole.decisions == split.decisions
+    monkeypatch.setattr(program, "SHARDS", 2)
+    burn = prog("    x = 0\n    if request.tokens[0] == 24 and request.n == 10:\n        while True:\n"
+                "            x += 1\n    return request.plan()")
+    late = run_program(burn, {}, episodes, LIMITS)
+    assert late.timed_out and late.reason == "CPU time limit of 1 s exceeded"
+    for k in (21, 22):  # an episode of the second process, then of the first
+        failing = prog(f"    if request.tokens[0] == {k}:\n        raise ValueError('episode {k - 20}')\n"
+                       "    return request.plan()")
+        r = run_program(failing, {}, episodes, LIMITS)
+        assert r.status is Status.ERROR and f"episode {k - 20}" in r.reason
+
+
+def test_an_answer_that_arrives_past_the_calls_cpu_time_is_a_timeout():
+    """The CPU time of a call is read while its answer is awaited, and once more when it arrives:
+    an answer made with more CPU than the call's share (here about 0.2 s against 0.05 s, answered
+    before the host's first look) is a timeout, as it would be had the host looked in time."""
+    burn = prog("    x = 0\n    for i in range(3_000_000):\n        x += i\n    return request.plan()")
+    job = _unchecked_job("")
+    with SandboxSession({"mode": "program", "source": burn}, LIMITS, call_cpu_seconds=0.05) as s:
+        out = s.ask({"mode": "decide", "params": {}, "episodes": job["episodes"]})
+    assert out.status is Status.TIMEOUT and out.reason == "CPU time limit of 0.05 s exceeded"
