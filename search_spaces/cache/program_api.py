@@ -100,9 +100,11 @@ or attribute starting with `_`, and using the name of a builtin outside the allo
 anything of your own (a variable, parameter, function or import alias named `open`, `type`, `id`,
 `input`, `compile`...: choose another name). At most 20 KB of source. Each batch of requests runs under CPU,
 memory and wall-clock limits; an exception, a timeout or an invalid schedule fails the candidate
-with a one-line reason. A program's sandbox process is kept for its next calls (a search asks one
-program for thousands of trials), but each call runs your module afresh: module-level variables
-start again from their initial values, so what one trial stores never reaches the next.
+with a one-line reason. A program's sandbox processes are kept for their next calls (a search asks
+one program for thousands of trials), but each call runs your module afresh: module-level
+variables start again from their initial values, so what one trial stores never reaches the next.
+The episodes of one call are shared between two processes that decide them at the same time, so
+carry nothing from one episode to another either.
 """
 
 from __future__ import annotations
