@@ -87,9 +87,10 @@ OnEpisode = Callable[[int, tuple[Decision, ...]], None]
 
 def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episode],
                 limits: SandboxLimits | None = None, on_episode: OnEpisode | None = None) -> SandboxResult:
-    """Check ``source``, run ``decide`` on every request of ``episodes`` in one sandbox process
-    (each request carries the program's previous decision) and validate each decision. The program
-    gets its ``DEFAULTS`` updated with ``params``; a name outside ``DEFAULTS`` is a failure.
+    """Check ``source``, run ``decide`` on every request of ``episodes`` in the program's sandbox
+    processes (:data:`SHARDS` of them, each request carrying the program's previous decision) and
+    validate each decision. The program gets its ``DEFAULTS`` updated with ``params``; a name
+    outside ``DEFAULTS`` is a failure.
 
     The sandbox sends each episode's decisions as soon as it has made them, and they are validated
     (and given to ``on_episode``) while it decides the next episodes: the caller's work on them

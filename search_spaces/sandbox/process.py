@@ -544,15 +544,21 @@ class SessionPool:
             steps = [session.steps(keep_on_error=True, partials=partial is not None) for session, (*_, partial)
                      in zip(sessions, calls)]
             outs: list[ChildOutput | None] = [None] * len(calls)
-            while any(o is None for o in outs):
-                for i, (step, (*_, partial)) in enumerate(zip(steps, calls)):
-                    if outs[i] is not None:
-                        continue
-                    got = next(step)
-                    if isinstance(got, ChildOutput):
-                        outs[i] = got
-                    elif partial is not None:
-                        partial(got)
+            try:
+                while any(o is None for o in outs):
+                    for i, (step, (*_, partial)) in enumerate(zip(steps, calls)):
+                        if outs[i] is not None:
+                            continue
+                        got = next(step)
+                        if isinstance(got, ChildOutput):
+                            outs[i] = got
+                        elif partial is not None:
+                            partial(got)
+            except BaseException:  # a child's answer left half read would be read by its next call
+                for session, out in zip(sessions, outs):
+                    if out is None:
+                        session._fail(ChildOutput(Status.CRASHED, "the call was interrupted", None, 0.0))
+                raise
             return [o for o in outs if o is not None]
 
     def _take(self, key: Any, start: Callable[[], SandboxSession]) -> SandboxSession:

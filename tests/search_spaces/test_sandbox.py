@@ -525,3 +525,20 @@ def test_an_answer_that_arrives_past_the_calls_cpu_time_is_a_timeout():
     with SandboxSession({"mode": "program", "source": burn}, LIMITS, call_cpu_seconds=0.05) as s:
         out = s.ask({"mode": "decide", "params": {}, "episodes": job["episodes"]})
     assert out.status is Status.TIMEOUT and out.reason == "CPU time limit of 0.05 s exceeded"
+
+
+def test_an_interrupted_call_leaves_no_half_read_answer_behind(pool):
+    """A callback that does not return (an interrupt) while the other process's answer is unread:
+    those processes are ended, so the next call cannot read the old answer as its own."""
+    episodes = [Episode.of(MSGS, [20 + k] * len(MSGS)) for k in range(4)]
+    seen: list[int] = []
+
+    def interrupt(e, decisions):
+        seen.append(e)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_program(ROLL, {"keep": 1}, episodes, LIMITS, interrupt)
+    again = run_program(ROLL, {"keep": 2}, episodes, LIMITS)
+    assert seen == [0] and again.ok, again.reason
+    assert again.decisions[0][-1].wire["drop_message"] == {"7": [3], "9": [5]}  # keep=2, not the old keep=1
