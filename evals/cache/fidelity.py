@@ -193,21 +193,21 @@ class ProxyReplay(Replay):
         program runs in its own process: the two overlap)."""
         t0 = time.perf_counter()
         out: list[TaskResult] = []
-
-        def account(e: int, decisions: tuple[Decision, ...]) -> None:
-            task = tasks[e]
-            try:
-                out.append(self._result(spec, task, dict(zip(episodes[e].cuts, decisions)), t0))
-            except AKVError as err:
-                if err.transient:
-                    raise
-                out.append(self._failed(spec, task, f"{type(err).__name__}: {err}", t0))
-
         try:
             policy = spec.build()
             if policy is None:
                 return [self.evaluate(spec, t) for t in tasks]
             episodes = [self.episode(t) for t in tasks]
+
+            def account(e: int, decisions: tuple[Decision, ...]) -> None:
+                task = tasks[e]
+                try:
+                    out.append(self._result(spec, task, dict(zip(episodes[e].cuts, decisions)), t0))
+                except AKVError as err:
+                    if err.transient:
+                        raise
+                    out.append(self._failed(spec, task, f"{type(err).__name__}: {err}", t0))
+
             policy.run_episodes(episodes, account)
         except AKVError as err:  # a policy that cannot run: every task's failure, recorded with its reason
             if err.transient:

@@ -57,7 +57,8 @@ def _job_params(params: Mapping[str, Any]) -> dict[str, Any]:
 SHARDS = 2
 """Sandbox processes that decide one call's episodes at the same time (process k the episodes k,
 k + SHARDS, ...: their decisions are checked in order, in turns, as they arrive): a program's
-decisions are most of a screen's time, and this machine has two cores."""
+decisions are most of a screen's time. Two suits the 2-core machine the project runs on, where one
+process per program screened about 15% slower."""
 
 SESSIONS = SessionPool(size=4 * SHARDS)
 """The sandbox processes of the programs run lately (``SHARDS`` per program and limits): a call
