@@ -1,5 +1,5 @@
 """What a search's screen costs, everything included: ``python -m bench.screen_speed [--suite horizon]
-[--tasks 6] [--trials 32] [--repeat 3] [--model-policies 0]``.
+[--tasks 6] [--trials 32] [--repeat 3] [--shards K] [--model-policies 0]``.
 
 For each seed program, a real proxy study (:func:`rsi.tuning.tune` with a :class:`Screen`, TPE,
 the study written to a journal when it ends and the model study in sqlite, as in a search) of
@@ -99,14 +99,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=32)
     p.add_argument("--repeat", type=int, default=3, help="whole screens, each from cold sandbox processes; the "
                    "median one is reported (this machine is shared: single runs vary by a third)")
+    p.add_argument("--shards", type=int, default=None, metavar="K",
+                   help="sandbox processes per program call (default: a search's, search_spaces.cache.program.SHARDS)")
     p.add_argument("--model-policies", type=int, default=0, metavar="N",
                    help="also time N policies with the model on the same tasks (minutes) and report the ratio")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    if args.tasks < 1 or args.trials < 1 or args.repeat < 1 or args.model_policies < 0:
-        p.error(f"--tasks, --trials and --repeat must be at least 1 and --model-policies at least 0, got "
-                f"{args.tasks}, {args.trials}, {args.repeat} and {args.model_policies}")
+    if args.tasks < 1 or args.trials < 1 or args.repeat < 1 or args.model_policies < 0 or (
+            args.shards is not None and not 1 <= args.shards <= 4):
+        p.error(f"--tasks, --trials and --repeat must be at least 1, --model-policies at least 0 and --shards "
+                f"1-4, got {args.tasks}, {args.trials}, {args.repeat}, {args.model_policies} and {args.shards}")
+    from search_spaces.cache import program
     from search_spaces.cache.program import SESSIONS
+
+    if args.shards is not None:
+        program.SHARDS = args.shards
 
     tasks, proxy = speed_setup(args.model, args.suite, args.tasks)
     runs = []
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         SESSIONS.close()  # every screen starts its programs' processes, as in a search
         runs.append(screen_speed(proxy, tasks, seed_programs(), args.trials))
     median = sorted(runs, key=lambda r: r["ms_per_policy_task"])[(len(runs) - 1) // 2]
-    out = {"model": args.model, "suite": args.suite, **median,
+    out = {"model": args.model, "suite": args.suite, "shards": program.SHARDS, **median,
            "repeats_ms_per_policy_task": [r["ms_per_policy_task"] for r in runs]}
     print(f"{'screen, ms per policy-task':32s} {'whole':>7s} {'proxy':>7s} {'space()+Optuna':>15s}")
     for r in out["programs"]:

@@ -58,7 +58,7 @@ SHARDS = 2
 """Sandbox processes that decide one call's episodes at the same time (process k the episodes k,
 k + SHARDS, ...: their decisions are checked in order, in turns, as they arrive): a program's
 decisions are most of a screen's time. Two suits the 2-core machine the project runs on, where one
-process per program screened about 15% slower."""
+process per program screened 8-14% slower (``python -m bench.screen_speed --shards 1``, against the default)."""
 
 SESSIONS = SessionPool(size=4 * SHARDS)
 """The sandbox processes of the programs run lately (``SHARDS`` per program and limits): a call
