@@ -15,6 +15,12 @@ recompute both statistics on the draw; the interval is the 2.5th and 97.5th perc
 values (numpy's default linear interpolation). Draws come from ``numpy.random.default_rng(seed)``,
 so the same inputs and seed give the same intervals.
 
+Several independent comparisons (for example the policy each of several searches chose, each
+against the same expert on its own held-out tasks) pool with :func:`pooled_bootstrap`: the same
+statistics over the union of their tasks, the bootstrap drawing each group's tasks from that group
+only (a stratified bootstrap: every resample keeps each group's size, so a group's policy meets
+exactly as many of its own tasks as it was evaluated on).
+
 What this module is not: a test of many comparisons at once (no multiplicity correction), nor a
 choice of which policies to compare (the caller decides).
 """
@@ -150,3 +156,36 @@ def paired_bootstrap(tasks: PairedTasks, *, samples: int = 2000, seed: int = 0) 
     p_lo, p_hi = np.quantile(boot_pass, [0.025, 0.975])
     return PairedDelta(float(cost), (float(c_lo), float(c_hi)), float(passed), (float(p_lo), float(p_hi)),
                        tasks.n, samples)
+
+
+def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed: int = 0) -> PairedDelta:
+    """:func:`paired_bootstrap` over the union of ``groups``' tasks, each resample drawing every
+    group's tasks from that group (module docstring). One group gives exactly
+    ``paired_bootstrap(group)`` (the same draws).
+
+    Raises:
+        PairingError: no group, ``samples`` < 100, or a task id in two groups (it would count twice).
+    """
+    if not groups:
+        raise PairingError("no comparisons to pool", field="groups", value=0)
+    if not isinstance(samples, int) or samples < 100:
+        raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
+    seen: dict[str, int] = {}
+    for g, group in enumerate(groups):
+        for t in group.task_ids:
+            if t in seen:
+                raise PairingError(f"task {t!r} is in comparisons {seen[t]} and {g}: pooled tasks must be distinct",
+                                   field="task_ids", value=t)
+            seen[t] = g
+    fields = ("cost_a", "cost_b", "passed_a", "passed_b", "probes_a", "probes_b")
+    arrays = [np.concatenate([np.asarray(getattr(g, f), dtype=np.float64) for g in groups]) for f in fields]
+    cost, passed = _stats(*arrays)
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum([0] + [g.n for g in groups])
+    idx = np.concatenate([offsets[i] + rng.integers(0, g.n, size=(samples, g.n)) for i, g in enumerate(groups)],
+                         axis=1)
+    boot_cost, boot_pass = _stats(*(x[idx] for x in arrays))
+    c_lo, c_hi = np.quantile(boot_cost, [0.025, 0.975])
+    p_lo, p_hi = np.quantile(boot_pass, [0.025, 0.975])
+    return PairedDelta(float(cost), (float(c_lo), float(c_hi)), float(passed), (float(p_lo), float(p_hi)),
+                       len(seen), samples)

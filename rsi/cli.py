@@ -180,6 +180,19 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pool(args: argparse.Namespace) -> int:
+    from rsi.pooling import pool_runs, pooled_lines, write_pooled
+
+    pooled = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed)
+    print(f"each run's policy chosen on train, paired with each expert over that run's held-out tasks; pooled: "
+          f"a bootstrap of {args.samples} resamples within each run (95% intervals)")
+    for line in pooled_lines(pooled):
+        print(line)
+    if args.out:
+        print(f"wrote {write_pooled(args.out, pooled, args.run_dirs, samples=args.samples, seed=args.seed)}")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from rsi.export import export_pick
 
@@ -323,6 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("b", help="the candidate it is compared with")
     cmp.add_argument("--split", default="heldout", choices=["heldout", "train"])
     cmp.set_defaults(func=_compare)
+
+    pool = sub.add_parser("pool", help="the headlines of several runs pooled over their held-out tasks (no model)")
+    pool.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                      help="runs judged on distinct held-out tasks (e.g. every confirmation of one config)")
+    pool.add_argument("--out", default=None, help="write the pooled comparisons as JSON here")
+    pool.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (>= 100)")
+    pool.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    pool.set_defaults(func=_pool)
 
     x = sub.add_parser("export", help="write a chosen policy as a standalone module")
     x.add_argument("run_dir")

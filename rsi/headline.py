@@ -195,23 +195,14 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
         AKVError: an unknown pick, or a pair without paired results on ``split``.
     """
     from engine.errors import AKVError
-    from evals.cache.evaluator import result_from_row
-    from rsi.export import load_archive, pick, spec_of
+    from rsi.export import load_archive, pick
     from rsi.store import EvalStore
 
     run = Path(run_dir)
     archive = load_archive(run)
     config = read_json(run / "config.json", dict)
     rows = EvalStore(run / "evaluations.jsonl").rows()
-    picked = []
-    for name in (a, b):
-        c = pick(archive, name)
-        key = spec_of(run, c).key
-        results = {r["task_id"]: result_from_row(r) for r in rows
-                   if r["policy_key"] == key and r["split"] == split and r["ok"]}
-        if not results:
-            raise AKVError(f"{c.label} ({c.id}) has no stored {split} results in {run}", field="pick", value=name)
-        picked.append((c, results))
+    picked = [(c, stored_results(run, c, rows, split)) for c in (pick(archive, a), pick(archive, b))]
     (ca, ra), (cb, rb) = picked
     shared = sorted(set(ra) & set(rb))
     if not shared:
@@ -219,6 +210,24 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
     d = paired_bootstrap(pair_results([ra[t] for t in shared], [rb[t] for t in shared]),
                          samples=int(config.get("bootstrap_samples", 2000)), seed=int(config.get("seed", 0)))
     return HeadlineRow.of(ca, cb, True, d)
+
+
+def stored_results(run_dir: Path, c: Candidate, rows: Sequence[dict[str, Any]], split: str) -> dict[str, TaskResult]:
+    """Candidate ``c``'s successful results on ``split`` among a run's evaluation ``rows``, by task id.
+
+    Raises:
+        AKVError: it has none.
+    """
+    from engine.errors import AKVError
+    from evals.cache.evaluator import result_from_row
+    from rsi.export import spec_of
+
+    key = spec_of(run_dir, c).key
+    results = {r["task_id"]: result_from_row(r) for r in rows
+               if r["policy_key"] == key and r["split"] == split and r["ok"]}
+    if not results:
+        raise AKVError(f"{c.label} ({c.id}) has no stored {split} results in {run_dir}", field="pick", value=c.id)
+    return results
 
 
 def write_headline(run_dir: str | Path, rows: Sequence[HeadlineRow]) -> Path:

@@ -1,5 +1,6 @@
 """The paired bootstrap against independent references: degenerate samples, the closed-form normal
-interval on large samples, coverage over simulated samples; hostile inputs are refused by name."""
+interval on large samples, coverage over simulated samples; hostile inputs are refused by name.
+The pooled (stratified) bootstrap against the paired one, closed forms and an exact enumeration."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import numpy as np
 import pytest
 
 from evals.cache.scoring import Z95
-from evals.paired import MIN_TASKS, PairedDelta, PairedTasks, PairingError, paired_bootstrap
+from evals.paired import MIN_TASKS, PairedDelta, PairedTasks, PairingError, paired_bootstrap, pooled_bootstrap
 
 
-def _tasks(cost_a, cost_b, passed_a, passed_b, probes_a=None, probes_b=None) -> PairedTasks:
+def _tasks(cost_a, cost_b, passed_a, passed_b, probes_a=None, probes_b=None, name="t") -> PairedTasks:
     n = len(cost_a)
     probes_a = probes_a if probes_a is not None else [1] * n
     probes_b = probes_b if probes_b is not None else probes_a
-    return PairedTasks(tuple(f"t{i}" for i in range(n)), tuple(map(float, cost_a)), tuple(map(float, cost_b)),
+    return PairedTasks(tuple(f"{name}{i}" for i in range(n)), tuple(map(float, cost_a)), tuple(map(float, cost_b)),
                        tuple(int(x) for x in passed_a), tuple(int(x) for x in passed_b),
                        tuple(int(x) for x in probes_a), tuple(int(x) for x in probes_b))
 
@@ -127,3 +128,76 @@ def test_hostile_inputs_are_refused_by_name(change, field):
 def test_too_few_samples_are_refused():
     with pytest.raises(PairingError, match="samples"):
         paired_bootstrap(_tasks([1, 2], [1, 2], [1, 0], [1, 1]), samples=10)
+
+
+# ----------------------------------------------------------------- pooled over independent comparisons
+
+
+def _random_group(rng, n, name, probes=2):
+    b = rng.uniform(1, 3, size=n)
+    return _tasks(b * rng.uniform(0.6, 1.2, size=n), b, rng.integers(0, probes + 1, size=n),
+                  rng.integers(0, probes + 1, size=n), [probes] * n, name=name)
+
+
+def test_one_group_pools_to_the_paired_bootstrap_itself():
+    t = _random_group(np.random.default_rng(1), 9, "a")
+    assert pooled_bootstrap([t], samples=700, seed=4) == paired_bootstrap(t, samples=700, seed=4)
+
+
+def test_the_pooled_point_is_the_ratio_of_sums_over_every_task():
+    a = _tasks([2, 3], [4, 4], [1, 2], [2, 2], [2, 3], [2, 3], name="a")
+    b = _tasks([5, 1, 1], [5, 2, 2], [0, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1], name="b")
+    d = pooled_bootstrap([a, b], samples=200, seed=0)
+    assert d.cost_delta_pct == pytest.approx(100 * ((2 + 3 + 5 + 1 + 1) / (4 + 4 + 5 + 2 + 2) - 1))
+    assert d.pass_delta == pytest.approx((1 + 2 + 0 + 1 + 1) / 8 - (2 + 2 + 1 + 1 + 0) / 8)
+    assert d.n_tasks == 5
+
+
+def test_every_resample_keeps_each_groups_size():
+    """Group a: every task costs 1 against 2, both pass. Group b: 2 against 2, a fails where b
+    passes. A resample that keeps 5 tasks of a and 3 of b always sums to 11 against 16 cents and
+    5 of 8 against 8 of 8 passed probes: a point interval. Resampling the 8 tasks together would
+    mix the groups and give a wide one."""
+    a = _tasks([1] * 5, [2] * 5, [1] * 5, [1] * 5, name="a")
+    b = _tasks([2] * 3, [2] * 3, [0] * 3, [1] * 3, name="b")
+    d = pooled_bootstrap([a, b], samples=500, seed=2)
+    assert d.cost_delta_ci95 == pytest.approx((100 * (11 / 16 - 1),) * 2, abs=1e-9)
+    assert d.pass_delta_ci95 == pytest.approx((-3 / 8, -3 / 8), abs=1e-12)
+    together = paired_bootstrap(_tasks([1] * 5 + [2] * 3, [2] * 8, [1] * 5 + [0] * 3, [1] * 8), samples=500, seed=2)
+    assert together.cost_delta_ci95[1] - together.cost_delta_ci95[0] > 10
+
+
+def test_the_pooled_interval_matches_the_exact_bootstrap_distribution():
+    """Groups of 3 and 4 tasks have 3**3 * 4**4 = 6,912 equally likely stratified resamples:
+    enumerated, they give the exact bootstrap distribution; 20,000 random resamples must put each
+    interval end between the exact 1.5% and 3.5% (96.5% and 98.5%) quantiles."""
+    import itertools
+
+    rng = np.random.default_rng(8)
+    groups = [_random_group(rng, 3, "a"), _random_group(rng, 4, "b")]
+    cols = ("cost_a", "cost_b", "passed_a", "passed_b", "probes_a", "probes_b")
+    cost, passed = [], []
+    for ia in itertools.product(range(3), repeat=3):
+        for ib in itertools.product(range(4), repeat=4):
+            picked = [(groups[0], i) for i in ia] + [(groups[1], i) for i in ib]
+            sums = {c: sum(getattr(g, c)[i] for g, i in picked) for c in cols}
+            cost.append(100 * (sums["cost_a"] / sums["cost_b"] - 1))
+            passed.append(sums["passed_a"] / sums["probes_a"] - sums["passed_b"] / sums["probes_b"])
+    d = pooled_bootstrap(groups, samples=20_000, seed=5)
+    for exact, (low, high) in ((cost, d.cost_delta_ci95), (passed, d.pass_delta_ci95)):
+        q = np.quantile(exact, [0.015, 0.035, 0.965, 0.985])
+        assert q[0] <= low <= q[1] and q[2] <= high <= q[3], (q, low, high)
+
+
+def test_pooling_refuses_a_task_counted_twice_and_nothing_to_pool():
+    a = _tasks([1, 2], [2, 2], [1, 1], [1, 0], name="a")
+    other = PairedTasks(("c0", "a1"), (1.0, 1.0), (1.0, 1.0), (1, 1), (1, 1), (1, 1), (1, 1))
+    with pytest.raises(PairingError, match="task 'a1' is in comparisons 0 and 2") as err:
+        pooled_bootstrap([a, _tasks([1], [1], [1], [1], name="x"), other])
+    assert err.value.field == "task_ids"
+    with pytest.raises(PairingError, match="task 'a0' is in comparisons 0 and 1"):
+        pooled_bootstrap([a, a])
+    with pytest.raises(PairingError, match="no comparisons to pool"):
+        pooled_bootstrap([])
+    with pytest.raises(PairingError, match="samples"):
+        pooled_bootstrap([a], samples=99)
