@@ -132,6 +132,8 @@ def pooled_lines(pooled: Sequence[PooledComparison]) -> list[str]:
             verdict = f"not significant: only {d.n_tasks} tasks"
         else:
             verdict = "not significant: the pass interval allows a loss of more than 5 points"
+        if p.matched_runs < len(p.runs):
+            verdict += f" ({len(p.runs) - p.matched_runs} of {len(p.runs)} runs matched nothing on train)"
         lines.append(f"  {'pooled':24s} {f'{len(p.runs)} runs':18s} {d.n_tasks:3d} tasks  "
                      f"cost {d.cost_delta_pct:+6.1f}% {_ci(d.cost_delta_ci95, '+.1f'):16s} "
                      f"pass {d.pass_delta:+.3f} {_ci(d.pass_delta_ci95, '+.3f')}  {verdict}")

@@ -103,3 +103,19 @@ def test_runs_sharing_a_task_a_run_twice_and_a_run_without_headline_are_refused(
         pool_runs([two_runs[0], tmp_path / "missing"])
     with pytest.raises(AKVError, match="at least one run directory"):
         pool_runs([])
+
+
+def test_the_pooled_line_says_how_many_runs_matched_nothing_on_train():
+    from evals.paired import PairedDelta
+    from rsi.headline import HeadlineRow
+    from rsi.pooling import PooledComparison, RunComparison, pooled_lines
+
+    def row(matched: bool) -> HeadlineRow:
+        return HeadlineRow("g1-p0", "a", "expert:standard", "b", matched, -12.0, (-15.0, -9.0), 0.1, (0.0, 0.2), 10,
+                           True)
+
+    runs = (RunComparison("runs/one", row(True), ("t1",)), RunComparison("runs/two", row(False), ("t2",)))
+    lines = pooled_lines([PooledComparison("expert:standard", runs, PairedDelta(-12.0, (-14.0, -10.0), 0.1,
+                                                                                  (0.0, 0.2), 20, 500))])
+    assert lines[0] == "vs expert:standard" and lines[2].endswith("(matched nothing on train)")
+    assert lines[3].endswith("significant: cheaper (1 of 2 runs matched nothing on train)")
