@@ -34,7 +34,7 @@ from typing import Any
 from evals.cache.evaluator import TaskResult
 from evals.paired import MIN_TASKS, PASS_MARGIN, PairedDelta, PairingError, pair_results, paired_bootstrap
 from rsi.archive import Archive, Candidate
-from rsi.rundir import read_json, write_json
+from rsi.rundir import RunDirError, read_json, write_json
 
 HEADLINE_FILE = "headline.json"
 
@@ -240,12 +240,20 @@ def read_headline(run_dir: str | Path) -> list[HeadlineRow] | None:
     """The rows of ``run_dir``'s headline.json (``None`` when the run has none, e.g. an older run).
 
     Raises:
-        RunDirError: the file is not JSON or not a list.
+        RunDirError: the file is not JSON, not a list, or an entry lacks a field or has one of the
+            wrong type.
     """
     path = Path(run_dir) / HEADLINE_FILE
     if not path.exists():
         return None
-    return [HeadlineRow.from_dict(d) for d in read_json(path, list)]
+    rows = []
+    for i, d in enumerate(read_json(path, list)):
+        try:
+            rows.append(HeadlineRow.from_dict(d))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise RunDirError(f"{path}: entry {i} is not a headline row ({type(err).__name__}: {err})",
+                              field=str(path), value=i) from err
+    return rows
 
 
 def _ci(v: tuple[float, float], fmt: str) -> str:

@@ -67,9 +67,9 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
     """The pooled comparison for every expert some run's headline has (in the first run's order).
 
     Raises:
-        AKVError: no run, a run given twice, a path that is not a directory, a directory without
-            ``headline.json`` or with an empty one, a chosen policy without stored held-out results,
-            or a held-out task in two runs.
+        AKVError: no run, fewer than 100 ``samples``, a run given twice, a path that is not a
+            directory, a directory without ``headline.json`` or with an empty or malformed one, a
+            chosen policy without stored held-out results, or a held-out task in two runs.
     """
     from rsi.export import load_archive, pick
     from rsi.store import EvalStore
@@ -77,6 +77,8 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
     runs = [Path(r) for r in run_dirs]
     if not runs:
         raise AKVError("give at least one run directory to pool", field="run_dirs", value=[])
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 100:
+        raise AKVError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
     twice = next((r for i, r in enumerate(runs) if r.resolve() in {q.resolve() for q in runs[:i]}), None)
     if twice is not None:
         raise AKVError(f"{twice} is given twice: its tasks would count twice", field="run_dirs", value=str(twice))
