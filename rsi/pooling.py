@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from evals.paired import PairedDelta, PairingError, pair_results, pooled_bootstrap
+from evals.paired import MIN_TASKS, PairedDelta, PairedTasks, PairingError, pair_results, pooled_bootstrap
 from rsi.headline import HeadlineRow, read_headline, stored_results
 from rsi.rundir import read_json, write_json
 
@@ -82,7 +82,7 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
     twice = next((r for i, r in enumerate(runs) if r.resolve() in {q.resolve() for q in runs[:i]}), None)
     if twice is not None:
         raise AKVError(f"{twice} is given twice: its tasks would count twice", field="run_dirs", value=str(twice))
-    by_versus: dict[str, list[tuple[RunComparison, Any]]] = {}
+    by_versus: dict[str, list[tuple[RunComparison, PairedTasks]]] = {}
     for run in runs:
         if not run.is_dir():
             raise AKVError(f"{run} is not a run directory", field="run_dirs", value=str(run))
@@ -130,8 +130,8 @@ def pooled_lines(pooled: Sequence[PooledComparison]) -> list[str]:
             verdict = "significant: " + ("cheaper" if d.cost_delta_ci95[1] < 0 else "more expensive")
         elif d.cost_delta_ci95[0] <= 0 <= d.cost_delta_ci95[1]:
             verdict = "not significant: the cost interval includes 0"
-        elif d.n_tasks < 5:
-            verdict = f"not significant: only {d.n_tasks} tasks"
+        elif d.n_tasks < MIN_TASKS:
+            verdict = f"not significant: only {d.n_tasks} tasks (at least {MIN_TASKS} are needed)"
         else:
             verdict = "not significant: the pass interval allows a loss of more than 5 points"
         if p.matched_runs < len(p.runs):
