@@ -65,13 +65,17 @@ class SessionAccountant:
         self._general: Accountant | None = None
         self._log: list[tuple[list[Item] | tuple[SessionLayout, int], list[int]]] = []
         self._stable: list[Item] | tuple[SessionLayout, int] = []  # a list, or a session layout's first items
-        self._stable_len = 0
         self._tail: list[Item] = []
         self._branch = -1  # the furthest item index where an older request's tail leaves the session's path
         self._alive = np.zeros(0, dtype=bool)  # per token of stable: alive at its end
         self._pos = np.zeros(0, dtype=np.int64)  # per token of stable: its position at its end
         self._next_pos = 0
         self._positions = True  # positions are tracked (not when the session's layout never repositions)
+
+    @property
+    def _stable_len(self) -> int:
+        """How many items the stable history holds."""
+        return len(self._stable) if isinstance(self._stable, list) else self._stable[1]
 
     @property
     def general(self) -> bool:
@@ -156,7 +160,7 @@ class SessionAccountant:
             cached = int(alive.sum()) - int((alive[t0:] & compute).sum())
         if m < len(self._tail):  # the previous tail branches off here: a later request might match it
             self._branch = max(self._branch, k0 + m)
-        self._stable, self._stable_len, self._tail = stable, k0 + len(new) - g, [*new[-g:], *output[:-1]]
+        self._stable, self._tail = stable, [*new[-g:], *output[:-1]]
         self._alive, self._next_pos = alive[:n - g], next_pos - g
         if pos is not None:
             self._pos = pos[:n - g]

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.plan import TokenUsage
 from evals.errors import CostError
 from evals.rates import Rates
 
@@ -71,13 +72,10 @@ def counts(usage: Any) -> Counts:
             return Counts(prompt, prefill, cached, skipped, details.get("repos_tokens", 0),
                           usage.get("completion_tokens", 0))
         get = usage.get
+    elif isinstance(usage, TokenUsage):  # the engine's own (every request of every evaluation passes here)
+        return Counts(usage.prompt_tokens, usage.prefill_tokens, usage.cached_tokens, usage.drop_skipped_tokens,
+                      usage.repos_tokens, usage.completion_tokens)
     else:
-        try:  # an engine's TokenUsage (every request of every evaluation passes here)
-            return Counts(usage.prompt_tokens, usage.prefill_tokens, usage.cached_tokens, usage.drop_skipped_tokens,
-                          usage.repos_tokens, getattr(usage, "completion_tokens", 0))
-        except AttributeError:
-            pass
-
         def get(name: str, default: Any = None) -> Any:
             return getattr(usage, name, default)
     missing = [f for f in _FIELDS if get(f) is None and f != "completion_tokens"]
