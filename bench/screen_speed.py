@@ -39,29 +39,28 @@ def screen_speed(proxy: ProxyReplay, tasks: list[Task], programs: list[PolicySpe
     import optuna
 
     rows: list[dict[str, Any]] = []
-    tmp = tempfile.TemporaryDirectory()
-    store, screens = make_storage("sqlite", Path(tmp.name)), make_storage("journal", Path(tmp.name), "optuna-proxy")
-    optuna.create_study(study_name="warm-up", storage=store)
-    for i, spec in enumerate(programs):
-        spent: list[float] = []
-        evaluated, evaluate_s = [0], [0.0]
+    with tempfile.TemporaryDirectory() as tmp:
+        store, screens = make_storage("sqlite", Path(tmp)), make_storage("journal", Path(tmp), "optuna-proxy")
+        optuna.create_study(study_name="warm-up", storage=store)
+        for i, spec in enumerate(programs):
+            spent: list[float] = []
+            evaluated, evaluate_s = [0], [0.0]
 
-        def evaluate(params: dict[str, Any], ts: Any, source: str = spec.source or "",
-                     evaluated: list[int] = evaluated, evaluate_s: list[float] = evaluate_s) -> list[TaskResult]:
-            t = time.perf_counter()
-            results = proxy.evaluate_many(PolicySpec("program", params, source=source), ts)
-            evaluate_s[0] += time.perf_counter() - t
-            evaluated[0] += len(results)
-            return results
+            def evaluate(params: dict[str, Any], ts: Any, source: str = spec.source or "",
+                         evaluated: list[int] = evaluated, evaluate_s: list[float] = evaluate_s) -> list[TaskResult]:
+                t = time.perf_counter()
+                results = proxy.evaluate_many(PolicySpec("program", params, source=source), ts)
+                evaluate_s[0] += time.perf_counter() - t
+                evaluated[0] += len(results)
+                return results
 
-        tune(spec.source or "", f"bench-{i}", storage=store, sampler="tpe", seed=0, n_trials=0, tasks=tasks,
-             fidelity_tasks=0, evaluate=lambda p, t: [], reference=lambda t: [],
-             screen=Screen(evaluate, trials, 1, 0.0, timed=spent.append, storage=screens))
-        n = max(1, evaluated[0])
-        rows.append({"program": spec.display, "evaluations": evaluated[0], "seconds": spent[0],
-                     "ms_per_policy_task": 1000 * spent[0] / n, "proxy_ms": 1000 * evaluate_s[0] / n,
-                     "space_and_optuna_ms": 1000 * (spent[0] - evaluate_s[0]) / n})
-    tmp.cleanup()
+            tune(spec.source or "", f"bench-{i}", storage=store, sampler="tpe", seed=0, n_trials=0, tasks=tasks,
+                 fidelity_tasks=0, evaluate=lambda p, t: [], reference=lambda t: [],
+                 screen=Screen(evaluate, trials, 1, 0.0, timed=spent.append, storage=screens))
+            n = max(1, evaluated[0])
+            rows.append({"program": spec.display, "evaluations": evaluated[0], "seconds": spent[0],
+                         "ms_per_policy_task": 1000 * spent[0] / n, "proxy_ms": 1000 * evaluate_s[0] / n,
+                         "space_and_optuna_ms": 1000 * (spent[0] - evaluate_s[0]) / n})
     total_s = sum(r["seconds"] for r in rows)
     total_n = max(1, sum(r["evaluations"] for r in rows))
     proxy_s = sum(r["proxy_ms"] * r["evaluations"] / 1000 for r in rows)

@@ -109,8 +109,14 @@ class Search:
     @functools.cached_property
     def optuna_storage(self) -> Any:
         """The Optuna storage of the model studies (made once: a database storage checks its
-        schema when made). The cascade's proxy studies go to ``optuna-proxy.journal``."""
+        schema when made). The cascade's proxy studies go to :attr:`proxy_storage`."""
         return make_storage(self.config.optuna.storage, self.run_dir)
+
+    @functools.cached_property
+    def proxy_storage(self) -> Any:
+        """Where the cascade's proxy studies are written (``optuna-proxy.journal``), made once: a
+        journal storage reads the whole file when made, and every program adds a screen to it."""
+        return make_storage("journal", self.run_dir, "optuna-proxy")
 
     # ------------------------------------------------------------------ state
 
@@ -352,8 +358,7 @@ class Search:
 
         experts = (c.id for c in self.archive.candidates if c.expert and c.id in self.fidelity_pairs)
         anchors = tuple(self.fidelity_pairs[cid][0] for cid in experts) if cfg.promote > 1 else ()
-        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors, timed,
-                      make_storage("journal", self.run_dir, "optuna-proxy"))
+        return Screen(predict, cfg.trials, cfg.promote, cfg.margin, anchors, timed, self.proxy_storage)
 
     def _record_fidelity(self, sha: str, result: TuneResult) -> None:
         """Pairs of (predicted, model) train pass rate of every promoted trial the model finished."""
