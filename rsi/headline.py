@@ -256,27 +256,32 @@ def read_headline(run_dir: str | Path) -> list[HeadlineRow] | None:
     return rows
 
 
-def _ci(v: tuple[float, float], fmt: str) -> str:
+def interval(v: tuple[float, float], fmt: str) -> str:
+    """A 95% interval as ``[low, high]``, each end in ``fmt``."""
     return f"[{format(v[0], fmt)}, {format(v[1], fmt)}]"
+
+
+def verdict(d: PairedDelta | HeadlineRow) -> str:
+    """Whether a comparison is significant, in words (the reason when it is not)."""
+    n = d.n_tasks if isinstance(d, PairedDelta) else d.heldout_tasks
+    if d.significant:
+        return "significantly " + ("cheaper" if d.cost_delta_ci95[1] < 0 else "more expensive")
+    if n < MIN_TASKS:
+        return f"not significant (only {n} held-out tasks; at least {MIN_TASKS} are needed)"
+    if d.cost_delta_ci95[0] <= 0 <= d.cost_delta_ci95[1]:
+        return "not significant (the cost interval includes 0)"
+    return "not significant (the pass interval allows a loss of more than 5 points)"
 
 
 def describe(row: HeadlineRow) -> str:
     """One comparison in words."""
-    numbers = (f"cost {row.cost_delta_pct:+.1f}% (95% CI {_ci(row.cost_delta_ci95, '+.1f')}), "
-               f"pass rate {row.pass_delta:+.3f} (95% CI {_ci(row.pass_delta_ci95, '+.3f')}) "
+    numbers = (f"cost {row.cost_delta_pct:+.1f}% (95% CI {interval(row.cost_delta_ci95, '+.1f')}), "
+               f"pass rate {row.pass_delta:+.3f} (95% CI {interval(row.pass_delta_ci95, '+.3f')}) "
                f"over {row.heldout_tasks} held-out tasks")
-    if row.significant:
-        verdict = "significantly " + ("cheaper" if row.cost_delta_ci95[1] < 0 else "more expensive")
-    elif row.heldout_tasks < MIN_TASKS:
-        verdict = f"not significant (only {row.heldout_tasks} held-out tasks; at least {MIN_TASKS} are needed)"
-    elif row.cost_delta_ci95[0] <= 0 <= row.cost_delta_ci95[1]:
-        verdict = "not significant (the cost interval includes 0)"
-    else:
-        verdict = "not significant (the pass interval allows a loss of more than 5 points)"
     if not row.matched_pass:
         return (f"Nothing matched {row.versus}'s train pass rate; the most accurate evolved policy on train, "
-                f"{row.policy}: {numbers}; {verdict}.")
-    return f"{row.policy} vs {row.versus}: {numbers}; {verdict}."
+                f"{row.policy}: {numbers}; {verdict(row)}.")
+    return f"{row.policy} vs {row.versus}: {numbers}; {verdict(row)}."
 
 
 def headline_lines(rows: Sequence[HeadlineRow] | None, archive: Archive) -> list[str]:

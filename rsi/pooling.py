@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from evals.paired import MIN_TASKS, PairedDelta, PairedTasks, PairingError, pair_results, pooled_bootstrap
-from rsi.headline import HeadlineRow, read_headline, stored_results
+from evals.paired import PairedDelta, PairedTasks, PairingError, pair_results, pooled_bootstrap
+from rsi.headline import HeadlineRow, interval, read_headline, stored_results, verdict
 from rsi.rundir import read_json, write_json
 
 
@@ -110,10 +110,6 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
     return out
 
 
-def _ci(v: tuple[float, float], fmt: str) -> str:
-    return f"[{format(v[0], fmt)}, {format(v[1], fmt)}]"
-
-
 def pooled_lines(pooled: Sequence[PooledComparison]) -> list[str]:
     """A table per expert: each run's chosen policy, then the pool, with the verdict in words."""
     lines = []
@@ -122,23 +118,16 @@ def pooled_lines(pooled: Sequence[PooledComparison]) -> list[str]:
         for r in p.runs:
             row = r.row
             lines.append(f"  {Path(r.run_dir).name[:24]:24s} {row.policy[:18]:18s} {row.heldout_tasks:3d} tasks  "
-                         f"cost {row.cost_delta_pct:+6.1f}% {_ci(row.cost_delta_ci95, '+.1f'):16s} "
-                         f"pass {row.pass_delta:+.3f} {_ci(row.pass_delta_ci95, '+.3f')}"
+                         f"cost {row.cost_delta_pct:+6.1f}% {interval(row.cost_delta_ci95, '+.1f'):16s} "
+                         f"pass {row.pass_delta:+.3f} {interval(row.pass_delta_ci95, '+.3f')}"
                          + ("" if row.matched_pass else "  (matched nothing on train)"))
         d = p.delta
-        if d.significant:
-            verdict = "significant: " + ("cheaper" if d.cost_delta_ci95[1] < 0 else "more expensive")
-        elif d.cost_delta_ci95[0] <= 0 <= d.cost_delta_ci95[1]:
-            verdict = "not significant: the cost interval includes 0"
-        elif d.n_tasks < MIN_TASKS:
-            verdict = f"not significant: only {d.n_tasks} tasks (at least {MIN_TASKS} are needed)"
-        else:
-            verdict = "not significant: the pass interval allows a loss of more than 5 points"
+        words = verdict(d)
         if p.matched_runs < len(p.runs):
-            verdict += f" ({len(p.runs) - p.matched_runs} of {len(p.runs)} runs matched nothing on train)"
+            words += f" ({len(p.runs) - p.matched_runs} of {len(p.runs)} runs matched nothing on train)"
         lines.append(f"  {'pooled':24s} {f'{len(p.runs)} runs':18s} {d.n_tasks:3d} tasks  "
-                     f"cost {d.cost_delta_pct:+6.1f}% {_ci(d.cost_delta_ci95, '+.1f'):16s} "
-                     f"pass {d.pass_delta:+.3f} {_ci(d.pass_delta_ci95, '+.3f')}  {verdict}")
+                     f"cost {d.cost_delta_pct:+6.1f}% {interval(d.cost_delta_ci95, '+.1f'):16s} "
+                     f"pass {d.pass_delta:+.3f} {interval(d.pass_delta_ci95, '+.3f')}  {words}")
     return lines
 
 

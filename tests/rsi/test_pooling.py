@@ -124,4 +124,4 @@ def test_the_pooled_line_says_how_many_runs_matched_nothing_on_train():
     lines = pooled_lines([PooledComparison("expert:standard", runs, PairedDelta(-12.0, (-14.0, -10.0), 0.1,
                                                                                   (0.0, 0.2), 20, 500))])
     assert lines[0] == "vs expert:standard" and lines[2].endswith("(matched nothing on train)")
-    assert lines[3].endswith("significant: cheaper (1 of 2 runs matched nothing on train)")
+    assert lines[3].endswith("significantly cheaper (1 of 2 runs matched nothing on train)")
