@@ -179,6 +179,18 @@ class Calibration:
         except (KeyError, TypeError, SurvivalError) as err:
             raise WorkloadError(f"malformed calibration: {err}", field="calibration", value=None) from err
 
+    def summary(self) -> str:
+        """One line of the headline numbers. A per-token prefill time the fit put at zero (a tiny model
+        whose fixed overhead hides it) reads as below the fit's resolution rather than being divided by."""
+        t = self.timing
+        per_token = t.prefill[1] + t.prefill[3]
+        rate = f"{1 / per_token:.0f} tok/s" if per_token > 0 else "per-token time below the fit's resolution"
+        errors = self.points.get("max_rel_error") or {}
+        worst = f"{max(errors.values()):.0%}" if errors else "n/a"
+        return (f"prefill {rate} from scratch (+{t.prefill[0] * 1e3:.1f} ms a request), decode step "
+                f"{t.t_step(1, 1, 512) * 1e3:.0f} ms (1 sequence, 512 tokens), finish {t.finish_s * 1e3:.1f} ms, "
+                f"swap {t.swap_bytes_per_s / 1e9:.1f} GB/s; worst fit error {worst}")
+
     def save(self, path: str | Path) -> Path:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)

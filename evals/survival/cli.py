@@ -120,11 +120,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise WorkloadError(f"the machine looks busy ({'; '.join(warnings)}): calibration not written; rerun on an "
                             "idle machine, or pass --force", field="calibration", value=warnings[0])
     path = cal.save(args.out or stored_path(engine.name))
-    t = cal.timing
-    print(f"wrote {path} in {time.perf_counter() - t0:.0f} s: prefill {1 / (t.prefill[1] + t.prefill[3]):.0f} tok/s "
-          f"from scratch (+{t.prefill[0] * 1e3:.1f} ms a request), decode step {t.t_step(1, 1, 512) * 1e3:.0f} ms "
-          f"(1 sequence, 512 tokens), finish {t.finish_s * 1e3:.1f} ms, swap {t.swap_bytes_per_s / 1e9:.1f} GB/s; "
-          f"worst fit error {max(cal.points['max_rel_error'].values()):.0%}", flush=True)
+    print(f"wrote {path} in {time.perf_counter() - t0:.0f} s: {cal.summary()}", flush=True)
     return 0
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import time
@@ -255,6 +256,17 @@ def test_calibration_files_are_checked(tmp_path):
         (tmp_path / "bad.json").write_text(json.dumps(bad))
         with pytest.raises(WorkloadError, match=match):
             load_calibration(tmp_path / "bad.json")
+
+
+def test_the_summary_line_reads_every_fit_including_a_zero_per_token_prefill():
+    # a tiny model's fixed overhead can hide the per-token prefill time: the fit puts it at 0, and the
+    # calibrate command's summary must say so rather than divide by it (a ZeroDivisionError in CI)
+    zero = Calibration(CAL.model, CAL.cost, dataclasses.replace(CAL.timing, prefill=(0.004, 0.0, 0.0, 0.0)))
+    assert "prefill per-token time below the fit's resolution" in zero.summary()
+    assert "+4.0 ms a request" in zero.summary() and "worst fit error n/a" in zero.summary()
+    t = dataclasses.replace(CAL.timing, prefill=(0.0, 1e-4, 0.0, 1e-4))  # 2e-4 s a token: 5,000 tok/s
+    line = Calibration(CAL.model, CAL.cost, t, points={"max_rel_error": {"prefill": 0.05, "decode": 0.12}}).summary()
+    assert "prefill 5000 tok/s" in line and "worst fit error 12%" in line
 
 
 # ---------------------------------------------------------------- CLI
