@@ -218,7 +218,9 @@ def test_calibration_measures_the_engine(tiny, monkeypatch):
     assert cal.cost.bytes_per_token == BPT_TINY and cal.model == "tiny-random" and cal.measured
     assert {"dtype", "device", "threads", "date", "load_before"} <= set(cal.machine)
     assert cal.machine["dtype"] == "float32" and cal.machine["device"] == "cpu"
-    assert t.t_start(512, 2048) > t.t_start(32, 32) > 0 and t.t_step(2, 2, 600) >= t.t_step(1, 1, 300) > 0
+    # tiny-random's per-token costs (a few us) lie inside the timing noise of its ~3 ms request overhead,
+    # so a noisy fit may put every per-token term at 0: costs must not fall with size, need not rise
+    assert t.t_start(512, 2048) >= t.t_start(32, 32) > 0 and t.t_step(2, 2, 600) >= t.t_step(1, 1, 300) > 0
     assert cal.chat == ChatTokens.from_renderer(tiny.renderer, vocabulary(tiny.tokenizer))
     assert len(cal.points["prefill"]) == 4 and {p["batch"] for p in cal.points["decode"]} == {1, 2}
     assert {p["forward"] for p in cal.points["decode"]} == {0, 1, 2}  # last steps apart
