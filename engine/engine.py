@@ -234,6 +234,9 @@ class Engine:
                         max_context: int | None = None) -> Engine:
         """Load ``name`` ("gemma-3-270m", "tiny-random", "tiny-random-gemma3" or a local path), offline."""
         threads = threads if threads is not None else settings().threads
+        if threads < 0:
+            raise AKVError(f"threads must be >= 0 (0 leaves torch's default), got {threads}", field="threads",
+                           value=threads)
         if threads:
             torch.set_num_threads(threads)
         loaded = load_model(name, dtype=dtype, device=device)

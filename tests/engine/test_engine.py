@@ -192,6 +192,9 @@ def test_public_names():
         assert hasattr(engine, name)
     with pytest.raises(AKVError, match="unknown model"):
         Engine.from_pretrained("no-such-model-anywhere")
+    with pytest.raises(AKVError, match="threads must be >= 0") as bad:  # torch's RuntimeError, before
+        Engine.from_pretrained("tiny-random", threads=-3)
+    assert bad.value.field == "threads" and bad.value.value == -3
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
