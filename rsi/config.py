@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from engine.errors import AKVError
+from engine.files import read_text
 
 
 class ConfigError(AKVError):
@@ -332,10 +333,7 @@ def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:
 
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> SearchConfig:
     """Read a YAML experiment file (plus dotted ``overrides`` such as ``{"executor.replicas": 2}``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist", field="config", value=str(p))
-    raw = yaml.safe_load(p.read_text()) or {}
+    raw = yaml.safe_load(read_text(path, "config file", ConfigError)) or {}
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, last = dotted.split(".")

@@ -19,6 +19,12 @@ from search_spaces.errors import ParameterError
 T = TypeVar("T")
 
 
+def unknown_parameter(owner: str, name: str, valid: Sequence[str], value: Any) -> ParameterError:
+    """The error for a parameter ``owner`` does not take, listing the ones it does (or saying it takes none)."""
+    takes = f"valid parameters: {', '.join(valid)}" if valid else f"{owner} takes no parameters"
+    return ParameterError(f"{owner}: unknown parameter {name!r}; {takes}", field=name, value=value)
+
+
 def resolve(cls: type[T], given: Mapping[str, Any], family: str) -> T:
     """Build ``cls`` from ``given``, checking names and types.
 
@@ -30,8 +36,7 @@ def resolve(cls: type[T], given: Mapping[str, Any], family: str) -> T:
     values: dict[str, Any] = {}
     for name, value in given.items():
         if name not in fields:
-            raise ParameterError(f"{family}: unknown parameter {name!r}; valid parameters: {', '.join(fields)}",
-                                 field=name, value=value)
+            raise unknown_parameter(family, name, list(fields), value)
         values[name] = _coerce(family, name, str(fields[name].type), value)
     return cls(**values)
 

@@ -19,7 +19,7 @@ from typing import Any
 from tqdm import tqdm
 
 from engine.errors import AKVError
-from engine.files import atomic_write
+from engine.files import atomic_write, read_text
 from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
 from evals.cache.probes import ProbeFormat
 from evals.cache.scoring import wilson_interval
@@ -98,7 +98,7 @@ def read_program_file(path: str | Path) -> ProgramFile:
     ``PROGRAM_SHA256`` are read as literals from its syntax tree.
 
     Raises:
-        OSError: the file cannot be read.
+        AKVError: the file is missing, a directory, unreadable or not UTF-8 (names it).
         PolicyError: the program is refused by the checker (the reason is the checker's), an
             exported module's constants are not literals of the right types, or its source does
             not match its ``PROGRAM_SHA256`` (it was edited).
@@ -106,7 +106,7 @@ def read_program_file(path: str | Path) -> ProgramFile:
     from search_spaces import PolicyError, check_program
 
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, "program file")
     found: dict[str, Any] = {}
     try:
         tree: ast.Module | None = ast.parse(text, filename=str(path))

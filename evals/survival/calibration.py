@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.survival import CostModel, SurvivalError
 from evals.survival.chat import ChatTokens
-from evals.survival.trace import WorkloadError
+from evals.survival.trace import WorkloadError, read_text
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 FORMAT = "akv-calibration/2"
@@ -215,10 +215,9 @@ def load_calibration(path: str | Path) -> Calibration:
         WorkloadError: a missing, unreadable or malformed file (names it).
     """
     p = Path(path)
-    if not p.is_file():
-        raise WorkloadError(f"calibration {str(p)!r} does not exist", field="calibration", value=str(p))
+    text = read_text(p, "calibration")
     try:
-        return Calibration.from_wire(json.loads(p.read_text(encoding="utf-8")))
+        return Calibration.from_wire(json.loads(text))
     except json.JSONDecodeError as err:
         raise WorkloadError(f"calibration {str(p)!r} is not JSON: {err.msg}", field="calibration",
                             value=str(p)) from None

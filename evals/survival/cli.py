@@ -28,6 +28,7 @@ from engine.errors import AKVError
 
 
 def _spec(args: argparse.Namespace) -> Any:
+    from evals.survival.trace import read_text
     from search_spaces.survival import survival_policy_names
 
     try:
@@ -37,7 +38,7 @@ def _spec(args: argparse.Namespace) -> Any:
     if not isinstance(params, dict):
         raise AKVError(f"--params must be a JSON object, got {args.params!r}", field="params", value=args.params)
     if args.program:
-        return {"source": Path(args.program).read_text(encoding="utf-8"), "params": params}
+        return {"source": read_text(args.program, "survival program"), "params": params}
     if args.survival is None:
         raise AKVError(f"give --survival NAME ({', '.join(survival_policy_names()[:-1])}) or --program FILE",
                        field="survival", value=None)

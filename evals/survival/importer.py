@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import show
-from evals.survival.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError, json_lines
+from evals.survival.trace import SessionSpec, Trace, TraceHeader, Turn, WorkloadError, json_lines, read_text
 
 RECORDED_FIELDS = {"session", "program", "start_s", "end_s", "prompt_tokens", "completion_tokens", "tool",
                    "tool_start_s", "tool_end_s", "expected_gap_s", "side_effect", "text"}
@@ -107,8 +107,4 @@ def import_recorded(lines: Iterable[str], name: str = "recorded") -> Trace:
 
 
 def import_recorded_file(path: str | Path) -> Trace:
-    p = Path(path)
-    if not p.is_file():
-        raise WorkloadError(f"recorded run {str(p)!r} does not exist", field="recorded", value=str(p))
-    with p.open(encoding="utf-8") as fh:
-        return import_recorded(fh, p.name)
+    return import_recorded(read_text(path, "recorded run").splitlines(keepends=True), Path(path).name)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from engine import files
 from engine.errors import AKVError, show
 
 FORMAT = "akv-workload/1"
@@ -38,6 +39,11 @@ FORMAT = "akv-workload/1"
 
 class WorkloadError(AKVError):
     """A trace, recorded run or workload option that does not follow the documented schema."""
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """:func:`engine.files.read_text` raising :class:`WorkloadError`."""
+    return files.read_text(path, what, WorkloadError)
 
 
 @dataclass(frozen=True)
@@ -251,11 +257,7 @@ def parse_trace(lines: Iterable[str], name: str = "trace") -> Trace:
 
 def load_trace(path: str | Path) -> Trace:
     """Read and validate a trace file (raises :class:`WorkloadError`)."""
-    p = Path(path)
-    if not p.is_file():
-        raise WorkloadError(f"trace {str(p)!r} does not exist", field="trace", value=str(p))
-    with p.open(encoding="utf-8") as fh:
-        return parse_trace(fh, p.name)
+    return parse_trace(read_text(path, "trace").splitlines(keepends=True), Path(path).name)
 
 
 def save_trace(trace: Trace, path: str | Path) -> Path:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.files import atomic_dir
+from engine.files import atomic_dir, read_text
 from engine.settings import settings
 from evals.errors import TaskError
 from evals.tasks.generator import GENERATOR, GENERATOR_VERSION, SUITES, SuiteSpec, generate_split, get_suite_spec
@@ -179,7 +179,7 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
                             f"build_suite({spec.name!r}, overwrite=True) or bump the suite's version",
                             field="version", value=spec.version)
     if path.is_file():
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        lines = [ln for ln in read_text(path, "task file", TaskError).splitlines() if ln.strip()]
         try:
             records = [json.loads(ln) for ln in lines]
         except json.JSONDecodeError as err:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError, show
+from engine.files import read_text
 from evals.survival.generate import KINDS
 from rsi.config import ProposerConfig
 from search_spaces.survival import (
@@ -209,10 +210,9 @@ def load_config(path: str | Path) -> EvolveConfig:
     import yaml
 
     p = Path(path)
-    if not p.is_file():
-        raise EvolveConfigError(f"config {str(p)!r} does not exist", field="config", value=str(p))
+    text = read_text(p, "config", EvolveConfigError)
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise EvolveConfigError(f"config {str(p)!r} is not YAML: {str(err).splitlines()[0]}", field="config",
                                 value=str(p)) from None

@@ -24,6 +24,7 @@ from search_spaces.cache.embed import Embedder
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.request import Episode, PolicyKind, Request
 from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
+from search_spaces.params import unknown_parameter
 from search_spaces.sandbox import ChildOutput, RunOutcome, SandboxLimits, SandboxSession, SessionPool, Status, one_line
 from search_spaces.sandbox.checker import CheckResult, check_program
 
@@ -309,8 +310,7 @@ class ProgramPolicy(Policy):
         defaults = dict(self.check.defaults or {})
         unknown = sorted(set(params) - set(defaults)) if self.check.defaults is not None else []
         if unknown:
-            raise ParameterError(f"program: unknown parameter {unknown[0]!r}; valid parameters: "
-                                 f"{', '.join(defaults)}", field=unknown[0], value=params[unknown[0]])
+            raise unknown_parameter("program", unknown[0], list(defaults), params[unknown[0]])
         self.source = source
         self.limits = limits or SandboxLimits()
         self._params = _job_params({**defaults, **params})

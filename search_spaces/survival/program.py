@@ -19,7 +19,8 @@ from typing import Any
 
 from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
 from search_spaces.cache.program import _job_params
-from search_spaces.errors import ParameterError, ProgramFailure
+from search_spaces.errors import ProgramFailure
+from search_spaces.params import unknown_parameter
 from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, one_line, run_child
 from search_spaces.sandbox.checker import CheckResult, check_program
 from search_spaces.survival.builtin import parse_decisions
@@ -107,9 +108,8 @@ class SurvivalProgram:
             raise ProgramFailure(f"program refused: {check.reason}",
                                  result=SurvivalRunResult(Status.REFUSED, check.reason, check.sha256))
         if res.params is None:
-            raise ParameterError(f"program: unknown parameter {res.unknown!r}; valid parameters: "
-                                 f"{', '.join(check.defaults or {})}", field=res.unknown,
-                                 value=given.get(res.unknown or ""))
+            raise unknown_parameter("program", res.unknown or "", list(check.defaults or {}),
+                                    given.get(res.unknown or ""))
         self.sha256 = check.sha256
         self.source = source
         self.params = res.params

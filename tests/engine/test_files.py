@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.files import atomic_dir, atomic_write
+from engine.errors import AKVError
+from engine.files import atomic_dir, atomic_write, read_text
 
 
 def test_atomic_dir_replaces_only_when_the_body_completes(tmp_path):
@@ -29,3 +30,23 @@ def test_atomic_write_leaves_no_temporary_and_replaces(tmp_path):
     atomic_write(p, b"1")
     atomic_write(p, b"2")
     assert p.read_bytes() == b"2" and sorted(q.name for q in p.parent.iterdir()) == ["x.json"]
+
+
+class _MyError(AKVError):
+    pass
+
+
+def test_read_text_names_the_file_whatever_is_wrong(tmp_path):
+    good = tmp_path / "ok.txt"
+    good.write_text("héllo\nwörld\n", encoding="utf-8")
+    assert read_text(good, "trace") == "héllo\nwörld\n"
+    (tmp_path / "bin.txt").write_bytes(b"line one\nline two\n\xb2\xff rest")  # bad bytes on line 3
+    cases = [(tmp_path / "none.txt", "trace '.*none.txt' does not exist"),
+             (tmp_path, "trace '.*' is a directory, not a file"),
+             (tmp_path / "bin.txt", r"trace '.*bin.txt': line 3: not UTF-8 text \(invalid start byte\)")]
+    for path, message in cases:
+        with pytest.raises(_MyError, match=message) as err:
+            read_text(path, "trace", _MyError)
+        assert err.value.field == "trace" and err.value.value == str(path)
+    with pytest.raises(AKVError, match="config file"):  # the default error class
+        read_text(tmp_path / "none.yaml", "config file")

@@ -311,4 +311,16 @@ def test_cli_generate_simulate_replay(tmp_path, capsys, tiny, monkeypatch):
     assert "valid survival policies" in capsys.readouterr().err
     assert main(["workload", "simulate", str(tmp_path / "none.jsonl"), "--survival", "lru", "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"PNG?\n\xb2\xff")  # not a trace, not even text: a bad byte on line 2
+    for args, message in (([binary, "--survival", "lru"], f"trace '{binary}': line 2: not UTF-8 text"),
+                          ([tmp_path, "--survival", "lru"], f"trace '{tmp_path}' is a directory, not a file"),
+                          ([trace, "--program", binary], f"survival program '{binary}': line 2: not UTF-8 text"),
+                          ([trace, "--survival", "lru", "--calibration", tmp_path],
+                           f"calibration '{tmp_path}' is a directory, not a file")):
+        assert main(["workload", "simulate", *map(str, args), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert main(["workload", "simulate", str(trace), "--survival", "lru", "--params", '{"k": 1}', "--out", str(out)]) == 2
+    assert "lru: unknown parameter 'k'; lru takes no parameters" in capsys.readouterr().err
     assert main(["workload", "simulate", str(trace), "--survival", "lru", "--params", "[1]", "--out", str(out)]) == 2

@@ -96,6 +96,7 @@ def files(tmp_path, monkeypatch) -> Path:
     (tmp_path / "bare.jsonl").write_text(json.dumps(bare) + "\n")
     (tmp_path / "dup.jsonl").write_text((tmp_path / "tasks.jsonl").read_text() * 2)
     (tmp_path / "notes.txt").write_text("not a program (\n")
+    (tmp_path / "binary.bin").write_bytes(b"text\n\xb2\xff")  # a bad UTF-8 byte on line 2
     return tmp_path
 
 
@@ -116,7 +117,10 @@ CASES = {
     "eval-no-policy": (["eval", "--suite", "tasks.jsonl"], "give a policy"),
     "eval-missing-program": (["eval", "--program", "missing.py"], "missing.py"),
     "eval-program-not-python": (["eval", "--program", "notes.txt"], "refused"),
-    "eval-program-is-dir": (["eval", "--program", "empty"], "IsADirectoryError"),
+    "eval-program-is-dir": (["eval", "--program", "empty"], "program file 'empty' is a directory"),
+    "eval-program-not-utf8": (["eval", "--program", "binary.bin"], "program file 'binary.bin': line 2: not UTF-8"),
+    "eval-task-file-not-utf8": (["eval", "--suite", "binary.bin", "--policy", "full"], "task file 'binary.bin': line 2"),
+    "search-config-not-utf8": (["search", "binary.bin"], "config file 'binary.bin': line 2: not UTF-8"),
     "eval-run-not-a-run": (["eval", "--run", "empty"], "no archive.json"),
     "eval-pick-without-run": (["eval", "--policy", "full", "--pick", "best"], "--run"),
     "eval-unknown-rates": (["eval", "--policy", "full", "--rates", "nope"], "nope"),
