@@ -46,6 +46,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.errors import AKVError
 from engine.history import Drop, Item, count_drops, count_tokens, intersect_ranges, merge_ranges
 from engine.kvstore import Payload
 
@@ -151,7 +152,8 @@ class RadixTree:
 
     def __init__(self, pool_bytes: int, host_bytes: int = 0):
         if pool_bytes < 0 or host_bytes < 0:
-            raise ValueError(f"budgets must be >= 0, got pool_bytes={pool_bytes}, host_bytes={host_bytes}")
+            raise AKVError(f"budgets must be >= 0, got pool_bytes={pool_bytes}, host_bytes={host_bytes}",
+                           field="pool_bytes" if pool_bytes < 0 else "host_bytes", value=min(pool_bytes, host_bytes))
         self.pool_bytes = pool_bytes
         self.host_bytes = host_bytes
         self.root = Node(items=[], parent=None, token_start=0, n_tokens=0, state=KVState.RESIDENT)

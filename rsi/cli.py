@@ -25,6 +25,27 @@ from engine.errors import AKVError
 EXIT_USER_ERROR = 2
 
 
+def _check_serve_options(args: argparse.Namespace) -> None:
+    """Refuse nonsense serving options before the model loads (the engine and scheduler check the rest)."""
+    import math
+
+    if not 0 <= args.port <= 65535:
+        raise AKVError(f"--port must be in [0, 65535], got {args.port}", field="port", value=args.port)
+    for flag in ("pool_gb", "host_gb", "snapshot_quota_gb"):
+        value = getattr(args, flag)
+        if not (math.isfinite(value) and value >= 0):
+            name = "--" + flag.replace("_", "-")
+            raise AKVError(f"{name} must be a finite number >= 0, got {value}", field=flag, value=value)
+
+
+def _read_secret(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes().strip()
+    except OSError as err:
+        raise AKVError(f"--snapshot-secret-file {path!r} cannot be read ({err.strerror or err})",
+                       field="snapshot_secret_file", value=path) from None
+
+
 def _serve(args: argparse.Namespace) -> int:
     import torch
 
@@ -34,6 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
     from engine.server.tenants import configure
     from engine.settings import settings
 
+    _check_serve_options(args)
     pool = 0 if args.no_reuse else int(args.pool_gb * (1 << 30))
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     eng = Engine.from_pretrained(args.model, template=args.template, pool_bytes=pool,
@@ -50,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
     env = settings()
     tenants = configure(args.api_key or [], args.api_keys_file, env_keys=env.api_keys,
                         shared=args.shared_cache_tenants or "", public_metrics=args.public_metrics)
-    secret = Path(args.snapshot_secret_file).read_bytes().strip() if args.snapshot_secret_file else None
+    secret = _read_secret(args.snapshot_secret_file) if args.snapshot_secret_file else None
     secret = secret or (env.snapshot_secret.encode() if env.snapshot_secret else None)
     quota = int(args.snapshot_quota_gb * (1 << 30)) if args.snapshot_quota_gb > 0 else None
     app = create_app(eng, snapshot_dir=snapshots, max_queue=args.max_queue, max_batch=args.max_batch,

@@ -204,6 +204,30 @@ def load_config(name: str = DEFAULT_MODEL) -> Any:
     return AutoConfig.from_pretrained(path)
 
 
+def torch_device(device: str) -> torch.device:
+    """``device`` as a torch device this process can use.
+
+    Raises:
+        ModelLoadError: not a device name, or a GPU this torch build or machine does not have.
+    """
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"device {device!r} is not a torch device (cpu, cuda, cuda:N)", field="device",
+                             value=device) from None
+    if target.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ModelLoadError(f"device {device!r}: this torch {torch.__version__} sees no CUDA GPU (use "
+                                 "--device cpu)", field="device", value=device)
+        if target.index is not None and target.index >= count:
+            raise ModelLoadError(f"device {device!r}: there are {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}",
+                                 field="device", value=device)
+    elif target.type != "cpu":
+        raise ModelLoadError(f"device {device!r}: only cpu and cuda are supported", field="device", value=device)
+    return target
+
+
 def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, device: str = "cpu") -> LoadedModel:
     """Load model and tokenizer by name, offline.
 
@@ -212,6 +236,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, de
     """
     from transformers import AutoModelForCausalLM
 
+    target = torch_device(device)
     start = time.perf_counter()
     _quiet_transformers()
     name = _ALIASES.get(name, name)
@@ -226,6 +251,6 @@ def load_model(name: str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32, de
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         tok = load_tokenizer(str(path) if name != DEFAULT_MODEL else name)
         source = str(path)
-    model = model.to(torch.device(device))
+    model = model.to(target)
     model.eval()
     return LoadedModel(model, tok, name, source, time.perf_counter() - start)

@@ -56,7 +56,8 @@ class ServerLimits:
         for name in ("max_body_bytes", "max_candidates", "max_score_tokens", "max_json_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ServerLimits.{name} must be a positive integer, got {value!r}")
+                raise AKVError(f"ServerLimits.{name} must be a positive integer, got {value!r}", field=name,
+                               value=value)
 
     def check_candidates(self, n: int) -> None:
         """Refuse a score request with more than ``max_candidates`` candidates (413)."""

@@ -90,6 +90,12 @@ class Scheduler:
 
     def __init__(self, engine: Engine, max_queue: int = 64, max_batch: int = 8, timeout: float = 600.0,
                  survival: SurvivalManager | None = None):
+        for name, value, ok in (("max_queue", max_queue, isinstance(max_queue, int) and max_queue >= 1),
+                                ("max_batch", max_batch, isinstance(max_batch, int) and max_batch >= 1),
+                                ("timeout", timeout, isinstance(timeout, int | float) and 0 < timeout < float("inf"))):
+            if isinstance(value, bool) or not ok:
+                kind = "a positive number of seconds" if name == "timeout" else "an integer >= 1"
+                raise AKVError(f"{name} must be {kind}, got {value!r}", field=name, value=value)
         self.engine = engine
         self.survival = survival
         self._service: dict[str, tuple[int, float]] = {}  # session -> (turns, service seconds)

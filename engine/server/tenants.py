@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
+from engine.files import read_text
 
 log = logging.getLogger("akv.server")
 
@@ -81,11 +82,7 @@ def parse_key_entry(entry: str) -> tuple[str, str]:
 
 def read_keys_file(path: str | Path) -> list[str]:
     """Key entries of a file: one per line; blank lines and lines starting with ``#`` are skipped."""
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise AKVError(f"--api-keys-file {str(path)!r} cannot be read: {err.strerror}", field="api_keys_file",
-                       value=str(path)) from None
+    text = read_text(path, "--api-keys-file")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 

@@ -321,6 +321,7 @@ def test_cli_generate_simulate_replay(tmp_path, capsys, tiny, monkeypatch):
         assert main(["workload", "simulate", *map(str, args), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
-    assert main(["workload", "simulate", str(trace), "--survival", "lru", "--params", '{"k": 1}', "--out", str(out)]) == 2
+    assert main(["workload", "simulate", str(trace), "--survival", "lru", "--params", '{"k": 1}',
+                 "--out", str(out)]) == 2
     assert "lru: unknown parameter 'k'; lru takes no parameters" in capsys.readouterr().err
     assert main(["workload", "simulate", str(trace), "--survival", "lru", "--params", "[1]", "--out", str(out)]) == 2
