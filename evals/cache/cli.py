@@ -370,6 +370,7 @@ def live_cli(args: Any, params: Mapping[str, Any]) -> int:
     api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
     with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
                       api_key=api_key) as engine:
+        engine.akv_extensions  # noqa: B018 -- reach the endpoint once before any episode (one error, not N)
         results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
     s = summary(results)
     print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "

@@ -11,7 +11,7 @@ import pytest
 
 from engine import Engine
 from engine.durable import CheckpointStore
-from engine.errors import RemoteUnavailableError
+from engine.errors import RemoteError, RemoteUnavailableError
 from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
 from engine.server import ServerThread, create_app
@@ -172,8 +172,8 @@ def test_episode_end_to_end_over_http_against_the_server(tiny, tmp_path):
 
 
 def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch, capsys):
-    """``akv live`` against a server started with an API key: without AKV_API_KEY every request is
-    refused (401, recorded as an error); with it the episode runs."""
+    """``akv live`` against a server started with an API key: without AKV_API_KEY the first request
+    is refused (401) and nothing runs; with it the episode runs."""
     import argparse
 
     from engine.server.tenants import Tenants
@@ -194,7 +194,9 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
             return main_cli(args, {})
 
         monkeypatch.delenv("AKV_API_KEY", raising=False)
-        assert live("nokey") == 1 and "errors 1" in capsys.readouterr().out
+        with pytest.raises(RemoteError, match="HTTP 401: missing API key"):  # refused once, before any episode
+            live("nokey")
+        assert not (tmp_path / "nokey").exists()
         before = served.stats.requests
         monkeypatch.setenv("AKV_API_KEY", "alice-key-0123456789")
         assert live("key") == 0 and "errors 0" in capsys.readouterr().out

@@ -148,6 +148,10 @@ CASES = {
     "serve-secret-is-dir": (["serve", "--model", "tiny-random", "--snapshot-secret-file", "empty"],
                             "--snapshot-secret-file 'empty' cannot be read"),
     "live-unknown-suite": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "nosuchsuite"], "nosuchsuite"),
+    "live-not-a-url": (["live", "--endpoint", "localhost-30000", "--suite", "smoke", "--limit", "1"],
+                       "endpoint 'localhost-30000' is not an http(s) URL"),
+    "live-unreachable": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "smoke", "--limit", "1",
+                          "--run-dir", "live"], "http://127.0.0.1:9 cannot be reached"),
     "workload-missing-trace": (["workload", "simulate", "missing.jsonl", "--survival", "lru", "--out", "o.json"],
                                "missing.jsonl"),
 }
