@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,14 +259,51 @@ class SearchConfig:
             (isinstance(self.tune_experts, bool), "tune_experts", self.tune_experts, "true or false"),
             (isinstance(self.bootstrap_samples, int) and not isinstance(self.bootstrap_samples, bool)
              and self.bootstrap_samples >= 100, "bootstrap_samples", self.bootstrap_samples, "an integer >= 100"),
+            (is_run_name(self.name), "name", self.name, RUN_NAME_RULE),
+            (_count(self.seed, 0), "seed", self.seed, "an integer >= 0"),
+            (_count(self.heldout_front, 0), "heldout_front", self.heldout_front, "an integer >= 0"),
+            (_count(self.proposer.parents), "proposer.parents", self.proposer.parents, "an integer >= 1"),
+            (_count(self.optuna.fidelity_tasks, 0), "optuna.fidelity_tasks", self.optuna.fidelity_tasks,
+             "an integer >= 0"),
+            (_count(self.data.max_task_tokens, 0), "data.max_task_tokens", self.data.max_task_tokens,
+             "an integer >= 0"),
+            (_amount(self.model.pool_gb), "model.pool_gb", self.model.pool_gb, "a finite number >= 0"),
+            (_count(self.model.threads, 0), "model.threads", self.model.threads, "an integer >= 0"),
+            (_count(self.executor.replicas), "executor.replicas", self.executor.replicas, "an integer >= 1"),
+            (_count(self.executor.threads_per_replica, 0), "executor.threads_per_replica",
+             self.executor.threads_per_replica, "an integer >= 0"),
+            (_amount(self.executor.gpus_per_replica), "executor.gpus_per_replica", self.executor.gpus_per_replica,
+             "a finite number >= 0"),
+            (_amount(self.executor.timeout_s) and self.executor.timeout_s > 0, "executor.timeout_s",
+             self.executor.timeout_s, "a positive number of seconds"),
+            (all(isinstance(s, str) for s in self.seeds), "seeds", self.seeds, "a list of seed names"),
+            (all(isinstance(e, str) for e in self.experts), "experts", self.experts,
+             "a list of 'name' or 'name:k=v,k=v' strings"),
         ]
         for ok, key, value, want in checks:
             if not ok:
                 raise ConfigError(f"{key} must be {want}, got {value!r}", field=key, value=value)
+        self._check_policies()
         if self.executor.server_command:
             from rsi.command import CommandTemplate
 
             CommandTemplate(self.executor.server_command)  # raises CommandError (an AKVError) naming the placeholder
+
+    def _check_policies(self) -> None:
+        """Each seed and expert names a policy with valid parameters (refused here, before a run starts)."""
+        from evals.cache.evaluator import PolicySpec
+        from search_spaces.cache.seeds import seed_source
+
+        for i, name in enumerate(self.seeds):
+            try:
+                seed_source(name)
+            except AKVError as err:
+                raise ConfigError(f"seeds[{i}]: {err}", field=f"seeds[{i}]", value=name) from None
+        for i, text in enumerate(self.experts):
+            try:
+                PolicySpec.parse(text).build()
+            except AKVError as err:
+                raise ConfigError(f"experts[{i}] {text!r}: {err}", field=f"experts[{i}]", value=text) from None
 
     @property
     def dtype(self) -> str:
@@ -305,6 +343,20 @@ _SECTIONS = {"model": ModelConfig, "data": DataConfig, "eval": EvalSettings, "pr
 
 def _count(value: Any, least: int = 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _amount(value: Any) -> bool:
+    """A finite number >= 0 (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")
+
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
+RUN_NAME_RULE = "1-100 letters, digits, '.', '_' or '-', not starting with '.' (it names the run directory)"
+
+
+def is_run_name(name: Any) -> bool:
+    """Whether ``name`` is a valid experiment name (:data:`RUN_NAME_RULE`: no path can hide in it)."""
+    return isinstance(name, str) and _RUN_NAME.fullmatch(name) is not None
 
 
 def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:

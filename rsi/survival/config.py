@@ -17,7 +17,7 @@ from typing import Any
 from engine.errors import AKVError, show
 from engine.files import read_text
 from evals.survival.generate import KINDS
-from rsi.config import ProposerConfig
+from rsi.config import RUN_NAME_RULE, ProposerConfig, is_run_name
 from search_spaces.survival import (
     SURVIVAL_FAMILIES,
     SURVIVAL_SEEDS,
@@ -164,8 +164,8 @@ def config_from_dict(raw: Any) -> EvolveConfig:
         raise EvolveConfigError(f"tracking must be true or false, got {show(tracking)}", field="tracking",
                                 value=tracking)
     name = raw.get("name", "survival-evolve")
-    if not isinstance(name, str) or not name:
-        raise EvolveConfigError(f"name must be a non-empty string, got {show(name)}", field="name", value=name)
+    if not is_run_name(name):
+        raise EvolveConfigError(f"name must be {RUN_NAME_RULE}, got {show(name)}", field="name", value=name)
     cascade = _int(cas, "traces", "cascade.", 1, 0)
     if cascade >= len(train.ids()):
         cascade = 0  # a first stage on every train trace is no cheaper stage

@@ -76,6 +76,31 @@ def test_bad_remote_options_name_the_key(raw, exc, field, message):
     assert isinstance(err.value, AKVError) and err.value.field == field and message in str(err.value)
 
 
+@pytest.mark.parametrize(("raw", "field", "message"), [
+    # each of these once ran into a traceback (TypeError, ValueError, OverflowError, ZeroDivisionError,
+    # MlflowException), a run directory outside runs/, or a finished search with an expert of NaNs
+    ({"seed": "abc"}, "seed", "an integer >= 0, got 'abc'"),
+    ({"seed": -1}, "seed", "an integer >= 0, got -1"),
+    ({"name": "../../elsewhere"}, "name", "it names the run directory"),
+    ({"name": ""}, "name", "it names the run directory"),
+    ({"model": {"pool_gb": float("inf")}}, "model.pool_gb", "a finite number >= 0, got inf"),
+    ({"model": {"pool_gb": -1}}, "model.pool_gb", "a finite number >= 0, got -1"),
+    ({"executor": {"replicas": 0}}, "executor.replicas", "an integer >= 1, got 0"),
+    ({"executor": {"timeout_s": float("nan")}}, "executor.timeout_s", "a positive number of seconds"),
+    ({"heldout_front": -2}, "heldout_front", "an integer >= 0"),
+    ({"proposer": {"parents": 0}}, "proposer.parents", "an integer >= 1"),
+    ({"optuna": {"fidelity_tasks": -1}}, "optuna.fidelity_tasks", "an integer >= 0"),
+    ({"seeds": ["rolling_drop", "nosuch"]}, "seeds[1]", "unknown seed 'nosuch'; valid seeds: full"),
+    ({"experts": ["full", "nosuch"]}, "experts[1]", "unknown policy 'nosuch'; valid policies: full"),
+    ({"experts": ["rolling_drop:keep_tool_responses=-5"]}, "experts[0]", "must be in [0, 100000], got -5"),
+    ({"experts": [12]}, "experts", "a list of 'name' or 'name:k=v,k=v' strings"),
+])
+def test_bad_search_values_are_refused_before_a_run_starts(raw, field, message):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(raw)
+    assert err.value.field == field and message in str(err.value), str(err.value)
+
+
 def test_model_id_changes_only_off_the_defaults():
     assert config_from_dict({}).model_id == "gemma-3-270m|plain"  # keys of existing runs are unchanged
     assert config_from_dict({"executor": {"gpus_per_replica": 1}}).model_id == "gemma-3-270m|plain|bfloat16"

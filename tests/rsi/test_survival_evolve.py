@@ -166,6 +166,8 @@ def test_config_errors_name_the_field():
         config_from_dict({**TINY, "heldout": {"kinds": ["tool-heavy"], "seeds": [1, 5], "sessions": 3}})
     with pytest.raises(EvolveConfigError, match=r"optuna\.trials must be an integer >= 1, got 0"):
         config_from_dict({**TINY, "optuna": {"trials": 0}})
+    with pytest.raises(EvolveConfigError, match="it names the run directory"):  # runs/NAME: no path in it
+        config_from_dict({**TINY, "name": "../outside"})
 
 
 def test_mutation_proposer_only_proposes_programs_that_run(tiny_run):
