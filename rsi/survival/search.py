@@ -26,6 +26,7 @@ from typing import Any
 
 import optuna
 
+from engine.errors import AKVError
 from evals.survival import SimConfig, load_trace, simulate
 from rsi.rundir import write_text
 from search_spaces.survival.registry import get_survival_family
@@ -81,10 +82,15 @@ def search_family(trace: Any, family: str, trials: int, config: SimConfig, seed:
 def run(trace_path: str | Path, families: Sequence[str], trials: int, out_dir: str | Path, seed: int = 0,
         config: SimConfig | None = None) -> list[FamilyResult]:
     """Search every family in ``families`` on the trace; writes ``trials.jsonl`` and ``summary.json``."""
+    if not families:
+        raise AKVError("no survival family to tune: --survival lists none (omit it to tune all)", field="survival",
+                       value=list(families))
     for f in families:
         get_survival_family(f)  # unknown names fail before any work, listing the valid ones
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise AKVError(f"trials must be an integer >= 1, got {trials!r}", field="trials", value=trials)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise AKVError(f"seed must be an integer in [0, 2**32), got {seed!r}", field="seed", value=seed)
     trace = load_trace(trace_path)
     cfg = config or SimConfig()
     out = Path(out_dir)

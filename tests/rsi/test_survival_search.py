@@ -40,5 +40,12 @@ def test_command_line_and_bad_names(trace, tmp_path, capsys):
     assert "lru" in out and "min_waste" in out and "p95 TTFT tuned" in out
     with pytest.raises(UnknownPolicyError, match="valid survival policies"):
         run(trace, ["nope"], trials=1, out_dir=tmp_path / "bad")
-    with pytest.raises(ValueError, match="trials must be >= 1"):
+    with pytest.raises(ValueError, match="trials must be an integer >= 1, got 0"):
         run(trace, ["lru"], trials=0, out_dir=tmp_path / "bad")
+    capsys.readouterr()
+    for argv, message in ((["--trials", "-3"], "trials must be an integer >= 1, got -3"),
+                          (["--seed", "-1"], r"seed must be an integer in [0, 2**32), got -1"),  # was numpy's traceback
+                          (["--survival", ","], "no survival family to tune")):  # was a run of nothing
+        assert main(["survival-search", str(trace), *argv, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
