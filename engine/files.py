@@ -17,7 +17,13 @@ from engine.errors import AKVError
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename, directory fsync)."""
+    """Write ``data`` to ``path`` atomically (temporary file, fsync, rename, directory fsync).
+
+    Raises:
+        AKVError: ``path`` is a directory (nothing is written).
+    """
+    if path.is_dir():
+        raise AKVError(f"{str(path)!r} is a directory, not a file: give a file path", field="path", value=str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

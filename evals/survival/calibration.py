@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.files import atomic_write
 from engine.survival import CostModel, SurvivalError
 from evals.survival.chat import ChatTokens
 from evals.survival.trace import WorkloadError, read_text
@@ -193,8 +194,7 @@ class Calibration:
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(self.wire(), indent=1) + "\n", encoding="utf-8")
+        atomic_write(p, (json.dumps(self.wire(), indent=1) + "\n").encode("utf-8"))
         return p
 
     def check_model(self, model: str, force: bool = False, where: str = "the calibration") -> None:

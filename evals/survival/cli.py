@@ -46,9 +46,9 @@ def _spec(args: argparse.Namespace) -> Any:
 
 
 def _write(result: dict[str, Any], out: str) -> int:
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    from engine.files import atomic_write
+
+    atomic_write(Path(out), (json.dumps(result, indent=1, default=str) + "\n").encode("utf-8"))
     keys = ("jct_mean_s", "jct_p95_s", "resume_ttft_p50_s", "resume_ttft_p95_s", "recompute_tokens", "peak_pool_bytes")
     if result.get("ok", True):
         print(" ".join(f"{k}={result.get(k)}" for k in keys), flush=True)

@@ -263,11 +263,6 @@ def load_trace(path: str | Path) -> Trace:
 def save_trace(trace: Trace, path: str | Path) -> Path:
     """Write ``trace`` as JSON lines (atomically: a temporary file, then a rename)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps(trace.header.wire()) + "\n")
-        for s in trace.sessions:
-            fh.write(json.dumps(s.wire()) + "\n")
-    tmp.replace(p)
+    lines = [json.dumps(trace.header.wire()), *(json.dumps(s.wire()) for s in trace.sessions)]
+    files.atomic_write(p, ("\n".join(lines) + "\n").encode("utf-8"))
     return p

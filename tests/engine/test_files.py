@@ -50,3 +50,10 @@ def test_read_text_names_the_file_whatever_is_wrong(tmp_path):
         assert err.value.field == "trace" and err.value.value == str(path)
     with pytest.raises(AKVError, match="config file"):  # the default error class
         read_text(tmp_path / "none.yaml", "config file")
+
+
+def test_atomic_write_refuses_a_directory_and_leaves_nothing_behind(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(AKVError, match="'.*out' is a directory, not a file"):
+        atomic_write(tmp_path / "out", b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and not any((tmp_path / "out").iterdir())

@@ -276,6 +276,11 @@ def test_the_summary_line_reads_every_fit_including_a_zero_per_token_prefill():
 def test_cli_generate_simulate_replay(tmp_path, capsys, tiny, monkeypatch):
     trace = tmp_path / "t.jsonl"
     assert main(["workload", "generate", "--kind", "memory-tight", "--sessions", "5", "--out", str(trace)]) == 0
+    (tmp_path / "a-dir").mkdir()  # --out a directory: one line, and no temporary file left beside it
+    assert main(["workload", "generate", "--kind", "memory-tight", "--sessions", "2", "--out",
+                 str(tmp_path / "a-dir")]) == 2
+    assert "is a directory, not a file" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-dir", "t.jsonl"]
     cal = tmp_path / "cal.json"
     CAL.save(cal)
     out = tmp_path / "r.json"
