@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from engine.errors import AKVError
 
 
 def _free_port() -> int:
@@ -41,21 +48,57 @@ def dashboard_commands(run_dir: Path, mlflow_port: int, optuna_port: int) -> lis
 
 
 def run_dashboards(run_dir: Path, mlflow_port: int = 0, optuna_port: int = 0) -> int:
+    """Serve the run's dashboards until Ctrl-C or SIGTERM (0), or until one of them exits (1, with its
+    last error line). Each dashboard runs in its own process group, which is stopped whole (the MLflow
+    UI starts workers of its own): nothing is left running when this returns.
+
+    Raises:
+        AKVError: a port outside [0, 65535] (0: a free one).
+    """
+    for flag, port in (("--mlflow-port", mlflow_port), ("--optuna-port", optuna_port)):
+        if not 0 <= port <= 65535:
+            raise AKVError(f"{flag} must be in [0, 65535] (0: a free port), got {port}", field=flag, value=port)
     cmds = dashboard_commands(run_dir, mlflow_port, optuna_port)
     if not cmds:
         print(f"{run_dir} has no MLflow or Optuna store yet")
         return 1
-    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _, cmd, _ in cmds]
-    for name, _, url in cmds:
-        print(f"{name}: {url}", flush=True)
-    try:
-        while all(p.poll() is None for p in procs):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=20)
-    return 0
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile()) for _ in cmds]  # a pipe could fill and stall them
+        procs: list[subprocess.Popen[bytes]] = []
+        stack.callback(_stop, procs)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        stack.callback(signal.signal, signal.SIGTERM, previous)
+        for (_, cmd, _), log in zip(cmds, logs):
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True))
+        for name, _, url in cmds:
+            print(f"{name}: {url}", flush=True)
+        try:
+            while all(p.poll() is None for p in procs):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return 0
+        for (name, _, url), p, log in zip(cmds, procs, logs):
+            if p.poll() is not None:
+                log.seek(0)
+                lines = [ln for ln in log.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+                last = lines[-1].strip() if lines else "no output"
+                print(f"{name} ({url}) exited with status {p.returncode}: {last}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = 20.0) -> None:
+    """SIGTERM each dashboard's process group, then SIGKILL what is left after ``grace_s``."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        with contextlib.suppress(ProcessLookupError):  # the group's other members (workers), and a stuck leader
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
