@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
+from rsi.executors.launcher import stop_process_group
 
 
 def _free_port() -> int:
@@ -65,9 +65,9 @@ def run_dashboards(run_dir: Path, mlflow_port: int = 0, optuna_port: int = 0) ->
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(tempfile.TemporaryFile()) for _ in cmds]  # a pipe could fill and stall them
         procs: list[subprocess.Popen[bytes]] = []
-        stack.callback(_stop, procs)
+        stack.callback(_stop_all, procs)
         previous = signal.signal(signal.SIGTERM, _interrupt)
-        stack.callback(signal.signal, signal.SIGTERM, previous)
+        stack.callback(signal.signal, signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
         for (_, cmd, _), log in zip(cmds, logs):
             procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True))
         for name, _, url in cmds:
@@ -90,15 +90,6 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = 20.0) -> None:
-    """SIGTERM each dashboard's process group, then SIGKILL what is left after ``grace_s``."""
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        with contextlib.suppress(ProcessLookupError):  # the group's other members (workers), and a stuck leader
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        stop_process_group(p, grace_s=20.0)

@@ -271,19 +271,8 @@ class ServerProcess:
             time.sleep(0.25)
 
     def _kill(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 10.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)  # the group: the server and any children it started
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # children that outlived their parent
+        if self.proc is not None:
+            stop_process_group(self.proc, self.grace_s)
 
     def _tail(self, lines: int = 8) -> str:
         try:
@@ -299,3 +288,18 @@ class ServerProcess:
             except LaunchError:
                 log.exception("watchdog could not restart the server; it stops watching")
                 return
+
+
+def stop_process_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """Stop the process group ``proc`` leads (it was started with ``start_new_session=True``): SIGTERM,
+    SIGKILL after ``grace_s``, then SIGKILL to whatever of the group outlived its leader."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)  # the group: the process and any children it started
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # children that outlived their parent
