@@ -49,6 +49,8 @@ def load_tasks(suite: str, split: str | None, limit: int = 0) -> Selection:
     """
     from evals.tasks import load_suite, select_tasks
 
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise TaskError(f"--limit must be an integer >= 0 (0: every task), got {limit!r}", field="limit", value=limit)
     tasks = load_suite(suite, None)
     if not tasks:
         raise TaskError(f"{suite} holds no tasks", field="suite", value=suite)
@@ -283,6 +285,9 @@ def _print_table(rows: list[dict[str, Any]], scoring: str) -> None:
             print(f"{s['policy']}: {s['failed']} of {s['tasks']} evaluations failed (no score), e.g. {s['errors'][0]}")
 
 
+PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg")
+
+
 def _plot(rows: list[dict[str, Any]], path: str) -> None:
     import matplotlib
 
@@ -319,6 +324,10 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     if out.is_dir():  # found now, not after the evaluation
         raise AKVError(f"--out {out} is a directory; give a file name such as {out / 'results.json'}", field="out",
                        value=str(out))
+    plot = Path(args.plot) if args.plot else out.with_suffix(".png") if args.compare else None
+    if plot is not None and (plot.is_dir() or plot.suffix.lower() not in PLOT_SUFFIXES):
+        raise AKVError(f"--plot {plot} must be a file name ending in {', '.join(PLOT_SUFFIXES)}", field="plot",
+                       value=str(plot))
     specs = policy_specs(args, params, picked)
     selection = load_tasks(args.suite, args.split, args.limit)
     tasks = selection.tasks
@@ -349,9 +358,10 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     import pandas as pd
 
     pd.DataFrame([r.to_row() for r in results]).to_parquet(out.with_suffix(".parquet"))
-    if args.plot or args.compare:
-        _plot(rows, args.plot or str(out.with_suffix(".png")))
-    print(f"results: {out.resolve()} (per task: {out.with_suffix('.parquet')})")
+    if plot is not None:
+        _plot(rows, str(plot))
+    print(f"results: {out.resolve()} (per task: {out.with_suffix('.parquet')}"
+          + (f"; plot: {plot})" if plot is not None else ")"))
     return 0
 
 

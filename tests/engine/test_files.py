@@ -54,6 +54,6 @@ def test_read_text_names_the_file_whatever_is_wrong(tmp_path):
 
 def test_atomic_write_refuses_a_directory_and_leaves_nothing_behind(tmp_path):
     (tmp_path / "out").mkdir()
-    with pytest.raises(AKVError, match="'.*out' is a directory, not a file"):
+    with pytest.raises(AKVError, match=r"'.*out' is a directory, not a file"):
         atomic_write(tmp_path / "out", b"data")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and not any((tmp_path / "out").iterdir())

@@ -108,6 +108,12 @@ CASES = {
                            "no split 'train'; its splits: custom (or all)"),
     "eval-no-candidates": (["eval", "--suite", "bare.jsonl", "--policy", "full"], "--scoring generate"),
     "eval-out-is-a-dir": (["eval", "--suite", "tasks.jsonl", "--policy", "full", "--out", "empty"], "directory"),
+    "eval-plot-is-a-dir": (["eval", "--suite", "tasks.jsonl", "--policy", "full", "--plot", "empty"],
+                           "--plot empty must be a file name ending in .png"),  # was written as empty.png
+    "eval-plot-unknown-format": (["eval", "--suite", "tasks.jsonl", "--policy", "full", "--plot", "p.txt"],
+                                 "--plot p.txt must be a file name ending in .png, .pdf, .svg, .jpg"),
+    "eval-negative-limit": (["eval", "--suite", "tasks.jsonl", "--policy", "full", "--limit", "-2"],
+                            "--limit must be an integer >= 0 (0: every task), got -2"),
     "eval-unknown-policy": (["eval", "--suite", "tasks.jsonl", "--policy", "nope"], "unknown policy 'nope'"),
     "eval-bad-parameter": (["eval", "--suite", "tasks.jsonl", "--policy", "rolling_drop", "--params", "bogus=1"],
                            "bogus"),
