@@ -372,11 +372,14 @@ def live_cli(args: Any, params: Mapping[str, Any]) -> int:
     from evals.cache.live import LiveConfig, run_live, summary
     from search_spaces import get_policy
 
+    if args.probes < 1:
+        raise AKVError(f"--probes must be >= 1 (episodes per task), got {args.probes}", field="probes",
+                       value=args.probes)
+    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
     tasks = select_suite(args.suite, args.split, args.limit)
     policy = None if args.policy == "full" else get_policy(args.policy, **params)
     label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
     run_dir = Path(args.run_dir or f"runs/live-{label}")
-    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
     api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
     with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
                       api_key=api_key) as engine:

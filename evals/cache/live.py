@@ -187,7 +187,8 @@ class LiveConfig:
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens", "read_chars"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"LiveConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+                raise AKVError(f"LiveConfig.{name} must be a positive integer, got {getattr(self, name)!r}", field=name,
+                               value=getattr(self, name))
 
 
 @dataclass

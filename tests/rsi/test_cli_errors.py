@@ -154,6 +154,10 @@ CASES = {
     "serve-secret-is-dir": (["serve", "--model", "tiny-random", "--snapshot-secret-file", "empty"],
                             "--snapshot-secret-file 'empty' cannot be read"),
     "live-unknown-suite": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "nosuchsuite"], "nosuchsuite"),
+    "live-no-probes": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "smoke", "--probes", "0"],
+                       "--probes must be >= 1"),  # was a summary of zero episodes
+    "live-no-steps": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "smoke", "--max-steps", "0"],
+                      "LiveConfig.max_steps must be a positive integer, got 0"),  # was a ValueError traceback
     "live-not-a-url": (["live", "--endpoint", "localhost-30000", "--suite", "smoke", "--limit", "1"],
                        "endpoint 'localhost-30000' is not an http(s) URL"),
     "live-unreachable": (["live", "--endpoint", "http://127.0.0.1:9", "--suite", "smoke", "--limit", "1",
