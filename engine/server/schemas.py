@@ -10,6 +10,7 @@ must be finite, and ``stop`` strings must be non-empty. Bodies are parsed by ``e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,8 +47,19 @@ class ScheduleFields(BaseModel):
                 "drop_rule": self.drop_rule, "cache": self.cache}
 
 
+UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
+    "logprobs": lambda v: bool(v), "top_logprobs": lambda v: v not in (None, 0),
+    "logit_bias": lambda v: bool(v), "presence_penalty": lambda v: v not in (None, 0),
+    "frequency_penalty": lambda v: v not in (None, 0),
+    "response_format": lambda v: v is not None and not (isinstance(v, dict) and v.get("type") == "text"),
+}
+"""OpenAI fields that would change the reply and that the engine does not implement: refused when
+set to anything but their default, so a client never gets a reply that silently ignored them."""
+
+
 class ChatRequest(ScheduleFields):
-    """``POST /v1/chat/completions``. Unknown OpenAI fields are accepted and ignored."""
+    """``POST /v1/chat/completions``. Unknown OpenAI fields are accepted and ignored, except those of
+    :data:`UNSUPPORTED` set to a value that would change the reply (refused, 400)."""
 
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
@@ -94,6 +106,13 @@ class ChatRequest(ScheduleFields):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def unsupported(self) -> tuple[str, Any] | None:
+        """The first field of :data:`UNSUPPORTED` this request sets to a non-default value, with it."""
+        for name, value in (self.model_extra or {}).items():
+            if name in UNSUPPORTED and UNSUPPORTED[name](value):
+                return name, value
+        return None
 
 
 class ScoreRequest(ScheduleFields):

@@ -137,7 +137,22 @@ BAD = [
     ("unknown model", {"model": "gpt-9", "messages": trajectory(2)}, None, 404, "model"),
     ("bad drop_rule", {"messages": trajectory(2), "drop_rule": {"type": "magic", "drop_messages": {}}}, None,
      400, "drop_rule.type"),
+    # OpenAI fields that would change the reply and are not implemented (they were ignored in silence)
+    ("logprobs asked", {"messages": trajectory(2), "logprobs": True, "top_logprobs": 5}, None, 400, "logprobs"),
+    ("presence penalty", {"messages": trajectory(2), "presence_penalty": 0.5}, None, 400, "presence_penalty"),
+    ("json mode", {"messages": trajectory(2), "response_format": {"type": "json_object"}}, None, 400,
+     "response_format"),
+    ("logit bias", {"messages": trajectory(2), "logit_bias": {"42": 100}}, None, 400, "logit_bias"),
 ]
+
+
+def test_unsupported_openai_fields_at_their_defaults_are_accepted(server):
+    defaults = {"logprobs": False, "top_logprobs": 0, "presence_penalty": 0, "frequency_penalty": 0.0,
+                "logit_bias": {}, "response_format": {"type": "text"}, "user": "someone"}
+    r = _post(server, {"messages": trajectory(2), "max_tokens": 2, **defaults})
+    assert r.status_code == 200, r.text
+    r = _post(server, {"messages": trajectory(2), "max_tokens": 2, "logprobs": True})
+    assert r.status_code == 400 and "logprobs: not supported by this server, got True" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(("case", "body", "raw", "status", "param"), BAD, ids=[b[0] for b in BAD])

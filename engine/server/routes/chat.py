@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from engine.engine import ChatResult
-from engine.errors import AKVError
+from engine.errors import AKVError, show
 from engine.server.body import json_body
 from engine.server.prepare import prepare_chat
 from engine.server.schemas import ChatRequest
@@ -41,6 +41,11 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
         return missing
     if req.n != 1:
         raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
+    unsupported = req.unsupported()
+    if unsupported is not None:
+        name, value = unsupported
+        raise AKVError(f"{name}: not supported by this server, got {show(value)} (leave it unset: the reply "
+                       "would ignore it)", field=name, value=value)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     # validation, session check and tokenization on a pool thread, never on the engine thread
