@@ -344,7 +344,6 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     _print_table(rows, config.scoring)
     paired = paired_rows(specs, results) if len(specs) > 1 else []
     _print_paired(paired)
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {"suite": args.suite, "split": selection.split, "model": args.model,
                                "template": args.template, "scoring": config.scoring, "config": config.as_dict(),
                                "generator": sorted({f"{r.generator} {r.generator_version}" for r in results})}
@@ -354,10 +353,14 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     if paired:
         payload["paired"] = paired
     payload["tasks"] = [json.loads(json.dumps(r.to_row())) for r in results]
-    out.write_text(json.dumps(payload, indent=1, default=str))
+    atomic_write(out, json.dumps(payload, indent=1, default=str).encode())  # a crash leaves the old file or this one
+    import io
+
     import pandas as pd
 
-    pd.DataFrame([r.to_row() for r in results]).to_parquet(out.with_suffix(".parquet"))
+    table = io.BytesIO()
+    pd.DataFrame([r.to_row() for r in results]).to_parquet(table)
+    atomic_write(out.with_suffix(".parquet"), table.getvalue())
     if plot is not None:
         _plot(rows, str(plot))
     print(f"results: {out.resolve()} (per task: {out.with_suffix('.parquet')}"
