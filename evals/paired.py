@@ -145,17 +145,9 @@ def paired_bootstrap(tasks: PairedTasks, *, samples: int = 2000, seed: int = 0) 
     Raises:
         PairingError: ``samples`` < 100.
     """
-    if not isinstance(samples, int) or samples < 100:
-        raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
-    arrays = [np.asarray(v, dtype=np.float64) for v in (tasks.cost_a, tasks.cost_b, tasks.passed_a,
-                                                         tasks.passed_b, tasks.probes_a, tasks.probes_b)]
-    cost, passed = _stats(*arrays)
+    _check_samples(samples)
     idx = np.random.default_rng(seed).integers(0, tasks.n, size=(samples, tasks.n))
-    boot_cost, boot_pass = _stats(*(x[idx] for x in arrays))
-    c_lo, c_hi = np.quantile(boot_cost, [0.025, 0.975])
-    p_lo, p_hi = np.quantile(boot_pass, [0.025, 0.975])
-    return PairedDelta(float(cost), (float(c_lo), float(c_hi)), float(passed), (float(p_lo), float(p_hi)),
-                       tasks.n, samples)
+    return _delta(_arrays(tasks), idx, tasks.n)
 
 
 def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed: int = 0) -> PairedDelta:
@@ -168,8 +160,7 @@ def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed
     """
     if not groups:
         raise PairingError("no comparisons to pool", field="groups", value=0)
-    if not isinstance(samples, int) or samples < 100:
-        raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
+    _check_samples(samples)
     seen: dict[str, int] = {}
     for g, group in enumerate(groups):
         for t in group.task_ids:
@@ -177,15 +168,30 @@ def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed
                 raise PairingError(f"task {t!r} is in comparisons {seen[t]} and {g}: pooled tasks must be distinct",
                                    field="task_ids", value=t)
             seen[t] = g
-    fields = ("cost_a", "cost_b", "passed_a", "passed_b", "probes_a", "probes_b")
-    arrays = [np.concatenate([np.asarray(getattr(g, f), dtype=np.float64) for g in groups]) for f in fields]
-    cost, passed = _stats(*arrays)
+    arrays = [np.concatenate(column) for column in zip(*(_arrays(g) for g in groups), strict=True)]
     rng = np.random.default_rng(seed)
     offsets = np.cumsum([0] + [g.n for g in groups])
     idx = np.concatenate([offsets[i] + rng.integers(0, g.n, size=(samples, g.n)) for i, g in enumerate(groups)],
                          axis=1)
+    return _delta(arrays, idx, len(seen))
+
+
+def _check_samples(samples: object) -> None:
+    if not isinstance(samples, int) or samples < 100:
+        raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
+
+
+def _arrays(tasks: PairedTasks) -> list[np.ndarray]:
+    """The per-task columns :func:`_stats` takes, in its order."""
+    return [np.asarray(v, dtype=np.float64) for v in (tasks.cost_a, tasks.cost_b, tasks.passed_a, tasks.passed_b,
+                                                      tasks.probes_a, tasks.probes_b)]
+
+
+def _delta(arrays: list[np.ndarray], idx: np.ndarray, n_tasks: int) -> PairedDelta:
+    """Both statistics on ``arrays`` with 95% intervals over the resamples ``idx`` (one row each)."""
+    cost, passed = _stats(*arrays)
     boot_cost, boot_pass = _stats(*(x[idx] for x in arrays))
     c_lo, c_hi = np.quantile(boot_cost, [0.025, 0.975])
     p_lo, p_hi = np.quantile(boot_pass, [0.025, 0.975])
     return PairedDelta(float(cost), (float(c_lo), float(c_hi)), float(passed), (float(p_lo), float(p_hi)),
-                       len(seen), samples)
+                       n_tasks, idx.shape[0])
