@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError, show
-from engine.files import atomic_write
+from engine.files import atomic_write, read_text
 
 
 class RunDirError(AKVError):
@@ -30,17 +30,11 @@ def read_json(path: str | Path, kind: type = object) -> Any:
     """The JSON content of ``path``, which must be an instance of ``kind`` (``dict``, ``list``...).
 
     Raises:
-        RunDirError: the file cannot be read, is not UTF-8 JSON (with the line and column of the
-            first problem), or holds another type than ``kind``.
+        RunDirError: the file is missing or unreadable, is not UTF-8 JSON (with the line, and the
+            column of a JSON problem), or holds another type than ``kind``.
     """
     p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as err:
-        raise RunDirError(f"{p}: cannot be read ({err.strerror or err})", field=str(p), value=None) from err
-    except UnicodeDecodeError as err:
-        line = p.read_bytes()[: err.start].count(b"\n") + 1
-        raise RunDirError(f"{p}: line {line}: not UTF-8 text ({err.reason})", field=str(p), value=None) from err
+    text = read_text(p, "run file", RunDirError)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
