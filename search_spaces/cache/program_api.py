@@ -69,13 +69,24 @@ Instead of a plan you may return the wire format itself:
 | `request.call_ends()` | ids of the last response of each complete tool batch, oldest first |
 | `request.prompt_end(i)` | for a call end `i`: where that call's prompt ends (`i` or `i + 1`) |
 | `request.entities(i)` | frozenset of lowercased numbers, ids and capitalised names in message `i` |
+| `request.tools_between(a, b)` | tool messages among `a .. b-1` (a response's age at `t`: `(i + 1, t + 1)`) |
+| `request.call_of(i)` | tool message `i`: `(name, arguments)` of the call it answers; else `None` |
+| `request.batch_of(i)` | tool message `i`: `(position, size)` in its tool batch (0-based); else `(0, 0)` |
+| `request.superseded_by(i)` | the first later tool message answering the same call (tool, arguments), or `-1` |
+| `request.mentioned_by(i, least=1)` | later user / assistant messages sharing `least` entities with `i` |
 | `request.plan()` | a new empty plan |
 
 A message `m` has `m.index`, `m.role` ("system", "user", "assistant", "tool"), `m.content`,
 `m.reasoning` ("" when none), `m.has_reasoning`, `m.tool_calls` (tuple of `(name, arguments)`),
-`m.name`, `m.tool_call_id`, `m.tokens`, `m.text` (content, reasoning and calls joined),
+`m.call_ids` (the calls' ids, aligned with `m.tool_calls`), `m.name`, `m.tool_call_id`, `m.tokens`,
+`m.text` (content, reasoning and calls joined),
 `m.is_system`, `m.is_user`, `m.is_assistant`, `m.is_tool`. A plan has `drop`, `drop_reasoning`,
 `reposition`, `dropped()` (set of dropped ids) and `wire()`.
+
+The five message features (`tools_between` to `mentioned_by`) answer in constant or logarithmic
+time (computed once per trajectory), so a program may ask them of every message at every request.
+They never look past the request's last message: `mentioned_by` lists ids before `n`, oldest
+first; `call_of` matches a response by `tool_call_id`, else by its place in the batch.
 
 A *complete tool batch* is an assistant message with N tool calls followed by its N tool
 responses. In a module exported for an AKV harness (docs/export.md), `call_ends()` is what the
@@ -109,6 +120,7 @@ carry nothing from one episode to another either.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
@@ -169,8 +181,8 @@ def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> list[int]:
 class Message:
     """One message of the request, read-only by convention (programs cannot assign attributes)."""
 
-    __slots__ = ("_entities", "_text", "content", "index", "name", "reasoning", "role", "tokens", "tool_call_id",
-                 "tool_calls")
+    __slots__ = ("_entities", "_text", "call_ids", "content", "index", "name", "reasoning", "role", "tokens",
+                 "tool_call_id", "tool_calls")
 
     def __init__(self, index: int, data: Mapping[str, Any], tokens: int) -> None:
         self._text: str | None = None
@@ -180,6 +192,8 @@ class Message:
         self.content = _content_text(data.get("content"))
         self.reasoning = str(data.get("reasoning_content") or "")
         self.tool_calls = _tool_calls(data.get("tool_calls"))
+        self.call_ids = tuple(str(c.get("id") or "") if isinstance(c, Mapping) else ""
+                              for c in data.get("tool_calls") or ())
         self.name = str(data.get("name") or "")
         self.tool_call_id = str(data.get("tool_call_id") or "")
         self.tokens = tokens
@@ -256,9 +270,12 @@ class Plan:
 
 class Trajectory:
     """A trajectory's :class:`Message` objects, token counts and running sums, made once for the
-    views of all its requests (see :class:`RequestView`'s ``built``)."""
+    views of all its requests (see :class:`RequestView`'s ``built``). The call, batch, supersession
+    and mention indexes are built on first use over the whole trajectory; the views cut them at
+    their own last message, so nothing a request shows comes from a later message."""
 
-    __slots__ = ("calls", "messages", "prefix", "tokens")
+    __slots__ = ("_batches", "_calls_of", "_holders", "_mentions", "_superseded", "calls", "messages", "prefix",
+                 "tokens", "tools")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int]) -> None:
         if len(tokens) != len(messages):
@@ -267,16 +284,95 @@ class Trajectory:
         self.tokens = tuple(m.tokens for m in self.messages)
         self.calls = [0]
         self.prefix = [0]
+        self.tools = [0]
         for m in self.messages:
             self.calls.append(self.calls[-1] + (1 if m.is_assistant else 0))
             self.prefix.append(self.prefix[-1] + m.tokens)
+            self.tools.append(self.tools[-1] + (1 if m.is_tool else 0))
+        self._calls_of: list[tuple[str, str] | None] | None = None
+        self._batches: list[tuple[int, int]] = []
+        self._superseded: list[int] | None = None
+        self._holders: dict[str, list[int]] | None = None
+        self._mentions: dict[tuple[int, int], list[int]] = {}
+
+    def entities(self, i: int) -> frozenset[str]:
+        m = self.messages[i]
+        if m._entities is None:
+            m._entities = entities(m.text)
+        return m._entities
+
+    def calls_of(self) -> list[tuple[str, str] | None]:
+        """Per message, the ``(name, arguments)`` of the call a tool message answers (``None`` for
+        other messages and unmatched responses), and :attr:`_batches` beside it."""
+        if self._calls_of is None:
+            out: list[tuple[str, str] | None] = []
+            batches: list[tuple[int, int]] = []
+            calls: tuple[tuple[str, str], ...] = ()
+            ids: list[str] = []
+            seen = 0  # tool responses since the open batch's assistant message
+            for m in self.messages:
+                if m.is_assistant:
+                    calls, ids, seen = m.tool_calls, list(m.call_ids), 0
+                    out.append(None)
+                    batches.append((0, 0))
+                elif m.is_tool and calls:
+                    j = ids.index(m.tool_call_id) if m.tool_call_id and m.tool_call_id in ids else seen
+                    out.append(calls[j] if j < len(calls) else None)
+                    batches.append((j, len(calls)) if j < len(calls) else (0, 0))
+                    seen += 1
+                else:
+                    if not m.is_tool:
+                        calls, ids, seen = (), [], 0
+                    out.append(None)
+                    batches.append((0, 0))
+            self._calls_of, self._batches = out, batches
+        return self._calls_of
+
+    def batches(self) -> list[tuple[int, int]]:
+        self.calls_of()
+        return self._batches
+
+    def superseded(self) -> list[int]:
+        """Per message, the first later tool message answering the same call, or -1."""
+        if self._superseded is None:
+            calls = self.calls_of()
+            out = [-1] * len(self.messages)
+            last: dict[tuple[str, str], int] = {}
+            for i, call in enumerate(calls):
+                if call is None:
+                    continue
+                if call in last:
+                    out[last[call]] = i
+                last[call] = i
+            self._superseded = out
+        return self._superseded
+
+    def mentions(self, i: int, least: int) -> list[int]:
+        """Ids after ``i`` of the user and assistant messages sharing >= ``least`` entities with ``i``."""
+        key = (i, least)
+        hit = self._mentions.get(key)
+        if hit is None:
+            if self._holders is None:
+                holders: dict[str, list[int]] = {}
+                for j, m in enumerate(self.messages):
+                    if m.is_user or m.is_assistant:
+                        for e in self.entities(j):
+                            holders.setdefault(e, []).append(j)
+                self._holders = holders
+            shared: dict[int, int] = {}
+            for e in self.entities(i):
+                for j in self._holders.get(e, ()):
+                    if j > i:
+                        shared[j] = shared.get(j, 0) + 1
+            hit = self._mentions[key] = sorted(j for j, c in shared.items() if c >= least)
+        return hit
 
 
 class RequestView:
     """What a program sees of one request (see the module docstring for every name)."""
 
-    __slots__ = ("_call_ends", "_calls", "_prefix", "_previous", "_problems", "_prompt_ends", "_refused",
-                 "call_index", "messages", "n", "relevance", "tokens")
+    __slots__ = ("_call_ends", "_calls", "_prefix", "_previous", "_problems", "_prompt_ends", "_refused", "_tools",
+                 "_whole", "call_index", "messages", "n", "relevance", "tokens")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
                  previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None, *,
@@ -305,6 +401,8 @@ class RequestView:
         self._previous = previous_json if previous is None else json.dumps(previous)
         self.relevance = tuple(float(r) for r in relevance) if relevance is not None else None
         self._prefix = whole.prefix[:n + 1]
+        self._tools = whole.tools
+        self._whole = whole
         self._call_ends = tuple(int(i) for i in call_ends) if call_ends is not None else None
         self._prompt_ends = {int(k): int(v) for k, v in (prompt_ends or {}).items()}
         self._problems = dict(problems or {})
@@ -372,10 +470,31 @@ class RequestView:
         return self._prompt_ends.get(i, i)
 
     def entities(self, i: int) -> frozenset[str]:
-        m = self.messages[i]
-        if m._entities is None:
-            m._entities = entities(m.text)
-        return m._entities
+        return self._whole.entities(self._index(i))
+
+    def _index(self, i: int) -> int:
+        """``i`` as a message id of this request (negative ids count from the end, as for a tuple)."""
+        if not -self.n <= i < self.n:
+            raise IndexError(f"message {i} is outside this request's {self.n} messages")
+        return i % self.n
+
+    def tools_between(self, a: int, b: int) -> int:
+        a, b = max(0, min(a, self.n)), max(0, min(b, self.n))
+        return max(0, self._tools[b] - self._tools[a])
+
+    def call_of(self, i: int) -> tuple[str, str] | None:
+        return self._whole.calls_of()[self._index(i)]
+
+    def batch_of(self, i: int) -> tuple[int, int]:
+        return self._whole.batches()[self._index(i)]
+
+    def superseded_by(self, i: int) -> int:
+        j = self._whole.superseded()[self._index(i)]
+        return j if 0 <= j < self.n else -1
+
+    def mentioned_by(self, i: int, least: int = 1) -> list[int]:
+        later = self._whole.mentions(self._index(i), max(1, int(least)))
+        return later[:bisect.bisect_left(later, self.n)]
 
     def plan(self) -> Plan:
         return Plan()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.cache.families import full, rolling, scored, text, thinking
+from search_spaces.cache.families import fixed, full, rolling, scored, text, thinking
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.request import PolicyKind
 from search_spaces.lookup import Registry
@@ -59,6 +59,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("text_engineering", PolicyKind.TEXT, _summarize("text_engineering"), text.summary_space, None,
            "summarize at 0.375 x window (baseline)"),
     Family("trim", PolicyKind.TEXT, text.Trim, text.trim_space, None, "delete old rounds from the text (baseline)"),
+    Family("schedule", PolicyKind.CACHE, fixed.FixedSchedule, fixed.space, None,
+           "one fixed cumulative schedule, cut at each request (the hindsight oracle's)"),
 )}
 
 REGISTRY: Registry[Family] = Registry(("policy", "policies"), "policy", FAMILIES.values())

@@ -40,7 +40,7 @@ def test_family_space_drives_a_real_study(name):
 
     study.optimize(objective, n_trials=8)
     assert len(study.trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
-    if name != "full":
+    if name not in ("full", "schedule"):  # (these two have nothing to tune)
         assert len({tuple(sorted(p.items())) for p in seen}) > 1  # the space is explored
         assert study.best_value <= _live_tokens(get_policy("full"))
 
