@@ -5,6 +5,7 @@
     akv eval --compare full,rolling_drop,standard,text_engineering --plot compare.png
     akv search experiments/quickstart.yaml [--run-dir DIR] | akv search --resume DIR
     akv report DIR | akv export DIR --pick best --out policy.py | akv dashboard DIR
+    akv oracle --suite mixed --split heldout --out oracle.json   (the hindsight oracle and bounds)
 
 Every command turns the project's errors (``AKVError`` and its subclasses) and unusable user
 files (missing, unreadable, a directory, not JSON or YAML) into one line on stderr and exit
@@ -232,6 +233,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from evals.cache.oracle_cli import add_parser as add_oracle
     from evals.survival.cli import add_parser as add_workload
 
     parser = argparse.ArgumentParser(prog="akv", description="AKV-RSI: KV-cache policy search and serving")
@@ -382,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--optuna-port", type=int, default=0)
     d.set_defaults(func=_dashboard)
 
+    add_oracle(sub)
     add_workload(sub)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     _add_debug(sub)

@@ -287,10 +287,23 @@ class Replay:
         return dict(zip(cuts, policy.run_episodes([self.episode(task)])[0]))
 
     def _evaluate(self, spec: PolicySpec, task: Task, t0: float) -> TaskResult:
+        return self._result(spec, task, self._all_decisions(spec, task), t0)
+
+    def _all_decisions(self, spec: PolicySpec, task: Task) -> dict[int, Decision | None]:
         cuts = request_cuts(task)
-        decisions = (_diagnostic_decisions(task, cuts) if spec.name == DIAGNOSTIC
-                     else self._decisions(spec.build(), task, cuts))
-        return self._result(spec, task, decisions, t0)
+        if spec.name == DIAGNOSTIC:
+            return _diagnostic_decisions(task, cuts)
+        return self._decisions(spec.build(), task, cuts)
+
+    def cost(self, spec: PolicySpec, task: Task) -> CostBreakdown:
+        """``spec``'s exact cost on ``task`` (the session's accounting only: no probe is answered,
+        so no forward runs; what :meth:`evaluate` reports as ``cost``).
+
+        Raises:
+            AKVError: the policy cannot run or decides invalidly (raised, not recorded).
+        """
+        _, cost = self._account(task, list(request_points(list(task.messages))), self._all_decisions(spec, task))
+        return cost
 
     def _result(self, spec: PolicySpec, task: Task, decisions: Mapping[int, Decision | None], t0: float) -> TaskResult:
         """Account the session under ``decisions`` (cut -> decision) and answer the probes."""

@@ -114,16 +114,21 @@ class EvidenceTable:
         return outcome.kept if attended else outcome.dropped
 
     def evidence(self, task: Task, index: int) -> tuple[frozenset[int], frozenset[int]]:
-        """Probe ``index``'s evidence messages that mention its answer (copies: one suffices) and the
-        others (hops: each is needed)."""
+        """:func:`evidence_split` of probe ``index`` of ``task`` (memoised per task and probe)."""
         key = (task.id, index)
         hit = self._split.get(key)
         if hit is None:
-            probe = task.probes[index]
-            ids = frozenset(probe.evidence_ids)
-            copies = frozenset(e for e in ids if mentions(message_text(task.messages[e]), probe.answer))
-            hit = self._split[key] = (copies, ids - copies)
+            hit = self._split[key] = evidence_split(task, index)
         return hit
+
+
+def evidence_split(task: Task, index: int) -> tuple[frozenset[int], frozenset[int]]:
+    """Probe ``index``'s evidence messages that mention its answer (copies: one suffices) and the
+    others (hops: each is needed); see the module docstring."""
+    probe = task.probes[index]
+    ids = frozenset(probe.evidence_ids)
+    copies = frozenset(e for e in ids if mentions(message_text(task.messages[e]), probe.answer))
+    return copies, ids - copies
 
 
 def _by_probe(results: Iterable[TaskResult], what: str) -> dict[tuple[str, int], bool]:
