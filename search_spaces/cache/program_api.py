@@ -55,6 +55,7 @@ Instead of a plan you may return the wire format itself:
 | `request.tokens` | tuple of token counts, one per message |
 | `request.call_index` | assistant turns before this request |
 | `request.previous` | what this policy returned for the previous request (dict), or `None` |
+| `request.previous_n` | messages of that previous request (0 for the first, or when the caller does not say) |
 | `request.relevance` | tuple of floats (similarity of each message to the first user message) or `None` |
 | `request.total_tokens()` | sum of all token counts |
 | `request.tokens_since(i)` | tokens of messages `i .. n-1` |
@@ -372,13 +373,13 @@ class RequestView:
     """What a program sees of one request (see the module docstring for every name)."""
 
     __slots__ = ("_call_ends", "_calls", "_prefix", "_previous", "_problems", "_prompt_ends", "_refused", "_tools",
-                 "_whole", "call_index", "messages", "n", "relevance", "tokens")
+                 "_whole", "call_index", "messages", "n", "previous_n", "relevance", "tokens")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tokens: Sequence[int], call_index: int | None = None,
                  previous: Mapping[str, Any] | None = None, relevance: Sequence[float] | None = None, *,
                  call_ends: Sequence[int] | None = None, prompt_ends: Mapping[int, int] | None = None,
                  problems: Mapping[str, str] | None = None, built: Trajectory | None = None,
-                 previous_json: str | None = None) -> None:
+                 previous_json: str | None = None, previous_n: int = 0) -> None:
         """``call_ends`` / ``prompt_ends``: what an AKV harness declares (default: the complete tool
         batches, no prompt suffixes). ``problems``: method name -> why the harness's declaration is
         unusable; calling that method then raises ``ValueError`` and is recorded in ``_refused``, so
@@ -386,7 +387,9 @@ class RequestView:
         ``built``: the whole trajectory made once (:class:`Trajectory`), of which ``messages`` and
         ``tokens`` are the first ones: the requests of one trajectory share it instead of rebuilding
         their messages (programs cannot assign attributes). ``previous_json``: ``previous`` as JSON
-        text, when the caller has it (the view keeps the text and parses it on access)."""
+        text, when the caller has it (the view keeps the text and parses it on access). ``previous_n``:
+        how many messages the previous request had (0: the first request, or not known; a program
+        that continues from ``previous`` must then decide every trigger again)."""
         if len(tokens) != len(messages):
             raise ValueError(f"{len(tokens)} token counts for {len(messages)} messages")
         whole = built if built is not None else Trajectory(messages, tokens)
@@ -399,6 +402,7 @@ class RequestView:
         self._calls = whole.calls[:n + 1]
         self.call_index = self._calls[-1] if call_index is None else int(call_index)
         self._previous = previous_json if previous is None else json.dumps(previous)
+        self.previous_n = max(0, min(int(previous_n), n)) if self._previous is not None else 0
         self.relevance = tuple(float(r) for r in relevance) if relevance is not None else None
         self._prefix = whole.prefix[:n + 1]
         self._tools = whole.tools

@@ -120,7 +120,8 @@ class Request:
     def view(self) -> program_api.RequestView:
         """The read-only view programs and built-in families decide on."""
         return program_api.RequestView(self.messages, self.token_counts, self.call_index,
-                                       dict(self.previous) if self.previous is not None else None, self.relevance)
+                                       dict(self.previous) if self.previous is not None else None, self.relevance,
+                                       previous_n=self.previous_messages)
 
     def plain_messages(self) -> list[dict[str, Any]]:
         """A mutable deep copy of the messages."""

@@ -327,11 +327,13 @@ def _decide_all(job: dict[str, Any], decide: Any, api: Any, stage: Stage) -> dic
         previous = ep.get("previous")
         text: str | None = json.dumps(previous) if previous is not None else None
         built = api.Trajectory(ep["messages"], ep["tokens"])
+        last = 0  # messages of the previous request (unknown, 0, for a previous decision given with the episode)
         for n in ep["cuts"]:
             stage.where = f"[episode {e}, request of {n} messages]"
             rel = ep["relevance"][:n] if ep["relevance"] is not None else None
             view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, None, rel, built=built,
-                                   previous_json=text)
+                                   previous_json=text, previous_n=last)
+            last = n
             text, why = _wire_text(decide(view, dict(job["params"])), api)
             if text is None:
                 return {"status": "error", "reason": f"{why} {stage.where}"}

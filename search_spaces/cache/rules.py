@@ -1,0 +1,335 @@
+"""Rule programs: a small grammar of drop / keep rules over message features, written out as policy programs.
+
+A *structure* is plain data (JSON-able), so a proposer can build, mutate and cross it over::
+
+    {"rules": [{"action": "keep", "when": COND}, {"action": "drop", "when": COND}, ...],
+     "reposition": null | {"param": "rep_tokens"}}
+    COND = {"all": [COND, ...]} | {"any": [COND, ...]} | {"not": COND}
+         | {"f": FEATURE, "op": ">=" | "<", "param": NAME}        numeric, threshold tuned
+         | {"f": "role", "is": ROLE} | {"f": "tool", "in": [NAMES]} | {"f": FLAG}
+
+At every trigger ``t`` (each message, in order) every message ``i <= t`` still attended is judged:
+the first rule whose condition holds decides (``drop`` it at ``t``, or ``keep`` it for now); no
+rule: kept. Features of ``(i, t)`` (:data:`NUMERIC`, :data:`FLAGS`, ``role``, ``tool``) read only
+messages up to ``t``, so the schedule is cumulative and stable by construction. With
+``reposition``, positions are compacted at the first trigger where the tokens dropped since the
+last compaction reach the threshold.
+
+:func:`render` writes a structure as a checked policy program: ``STRUCTURE`` (this data, read back
+by :func:`read`), ``DEFAULTS`` and ``space`` (every threshold, with its feature's range), the
+feature functions and ``decide`` (which continues from ``request.previous`` at
+``request.previous_n``, so each request judges only its new triggers). :func:`describe` says
+what a structure does in one line.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Numeric:
+    """A numeric feature: its code (``request``, ``i``, ``t``, ``ctx`` in scope), its range and log scale."""
+
+    code: str
+    low: int
+    high: int
+    log: bool
+    doc: str
+
+
+NUMERIC: dict[str, Numeric] = {
+    "age_tools": Numeric("request.tools_between(i + 1, t + 1)", 0, 64, False, "tool responses since it"),
+    "age_calls": Numeric("ctx['calls'][t + 1] - ctx['calls'][i + 1]", 0, 40, False, "assistant turns since it"),
+    "tokens": Numeric("request.tokens[i]", 8, 4096, True, "its tokens"),
+    "mentions": Numeric("mentions(request, i, t, 1)", 0, 4, False, "later user/assistant messages naming it"),
+    "mentions2": Numeric("mentions(request, i, t, 2)", 0, 4, False,
+                         "later user/assistant messages naming two of its entities"),
+    "batch_size": Numeric("request.batch_of(i)[1]", 0, 8, False, "calls in its tool batch"),
+    "batch_pos": Numeric("request.batch_of(i)[0]", 0, 7, False, "its place in its tool batch"),
+    "task_overlap": Numeric("task_overlap(request, i, ctx)", 0, 4, False, "entities it shares with the task"),
+}
+FLAGS: dict[str, tuple[str, str]] = {
+    "superseded": ("0 <= request.superseded_by(i) <= t", "a later response answers the same call"),
+    "first_user": ("i == ctx['first_user']", "it is the task"),
+}
+ROLES = ("system", "user", "assistant", "tool")
+ACTIONS = ("drop", "keep")
+MAX_RULES = 12
+
+HELPERS = '''
+def mentions(request, i, t, least):
+    count = 0
+    for j in request.mentioned_by(i, least):
+        if j > t:
+            break
+        count += 1
+    return count
+
+
+def task_overlap(request, i, ctx):
+    u = ctx["first_user"]
+    if u < 0 or u == i:
+        return 0
+    return len(request.entities(i) & request.entities(u))
+
+
+def tool_of(request, i):
+    m = request.messages[i]
+    if m.is_tool:
+        return m.name or (request.call_of(i) or ("", ""))[0]
+    return m.tool_calls[0][0] if m.tool_calls else ""
+'''
+
+DECIDE = '''
+def decide(request, params):
+    plan = request.plan()
+    calls = [0]
+    for m in request.messages:
+        calls.append(calls[-1] + (1 if m.is_assistant else 0))
+    users = request.user_messages()
+    ctx = {"calls": calls, "first_user": users[0] if users else -1}
+    dropped = set()
+    last_repos = -1
+    start = request.previous_n
+    previous = request.previous if start > 0 else None
+    if previous is not None:
+        table = previous.get("drop_message", {})
+        for key in table:
+            plan.drop(int(key), table[key])
+            dropped.update(table[key])
+        for t in previous.get("reposition", []):
+            plan.reposition(t)
+            last_repos = t
+    since = 0
+    if REPOSITION is not None:
+        table = previous.get("drop_message", {}) if previous is not None else {}
+        since = sum(request.tokens[i] for key in table if int(key) > last_repos for i in table[key])
+    alive = [i for i in range(start) if i not in dropped]
+    for t in range(start, request.n):
+        alive.append(t)
+        victims = [i for i in alive if judge(request, i, t, params, ctx)]
+        if victims:
+            plan.drop(t, victims)
+            gone = set(victims)
+            alive = [i for i in alive if i not in gone]
+            since += sum(request.tokens[i] for i in victims)
+        if REPOSITION is not None and since > 0 and since >= params[REPOSITION]:
+            plan.reposition(t)
+            since = 0
+    return plan
+'''
+
+
+class RuleError(ValueError):
+    """A structure outside the grammar (the message names the offending part)."""
+
+
+def _check_cond(cond: Any, where: str) -> None:
+    if not isinstance(cond, Mapping):
+        raise RuleError(f"{where}: a condition must be an object, got {cond!r}")
+    if "all" in cond or "any" in cond:
+        key = "all" if "all" in cond else "any"
+        items = cond[key]
+        if set(cond) != {key} or not isinstance(items, list) or not items:
+            raise RuleError(f"{where}: {key!r} takes a non-empty list and nothing else")
+        for k, c in enumerate(items):
+            _check_cond(c, f"{where}.{key}[{k}]")
+        return
+    if "not" in cond:
+        if set(cond) != {"not"}:
+            raise RuleError(f"{where}: 'not' takes one condition and nothing else")
+        _check_cond(cond["not"], f"{where}.not")
+        return
+    f = cond.get("f")
+    if f in NUMERIC:
+        if set(cond) != {"f", "op", "param"} or cond["op"] not in (">=", "<") or not _name(cond["param"]):
+            raise RuleError(f"{where}: a numeric test is {{'f', 'op' ('>=' or '<'), 'param'}}, got {dict(cond)}")
+    elif f == "role":
+        if set(cond) != {"f", "is"} or cond["is"] not in ROLES:
+            raise RuleError(f"{where}: a role test is {{'f': 'role', 'is': one of {', '.join(ROLES)}}}")
+    elif f == "tool":
+        names = cond.get("in")
+        if set(cond) != {"f", "in"} or not isinstance(names, list) or not names or not all(
+                isinstance(n, str) and n.isprintable() and len(n) <= 64 for n in names):
+            raise RuleError(f"{where}: a tool test is {{'f': 'tool', 'in': [tool names]}}")
+    elif f in FLAGS:
+        if set(cond) != {"f"}:
+            raise RuleError(f"{where}: a flag test is {{'f': {f!r}}} alone")
+    else:
+        raise RuleError(f"{where}: unknown feature {f!r}; valid: {', '.join([*NUMERIC, *FLAGS, 'role', 'tool'])}")
+
+
+def _name(value: Any) -> bool:
+    return isinstance(value, str) and value.isidentifier() and not value.startswith("_") and len(value) <= 40
+
+
+def check(structure: Any) -> None:
+    """Raise :class:`RuleError` unless ``structure`` is in the grammar (module docstring)."""
+    if not isinstance(structure, Mapping) or set(structure) - {"rules", "reposition", "defaults"}:
+        raise RuleError("a structure is {'rules': [...], 'reposition': ..., 'defaults': {...}}")
+    rules = structure.get("rules")
+    if not isinstance(rules, list) or not 1 <= len(rules) <= MAX_RULES:
+        raise RuleError(f"'rules' must be a list of 1 to {MAX_RULES} rules")
+    for k, rule in enumerate(rules):
+        if not isinstance(rule, Mapping) or set(rule) != {"action", "when"} or rule["action"] not in ACTIONS:
+            raise RuleError(f"rules[{k}]: a rule is {{'action': 'drop' or 'keep', 'when': condition}}")
+        _check_cond(rule["when"], f"rules[{k}].when")
+    rep = structure.get("reposition")
+    if rep is not None and (not isinstance(rep, Mapping) or set(rep) != {"param"} or not _name(rep["param"])):
+        raise RuleError("'reposition' is null or {'param': NAME}")
+    defaults = structure.get("defaults", {})
+    if not isinstance(defaults, Mapping) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in defaults.values()):
+        raise RuleError("'defaults' maps threshold names to integers")
+
+
+def params_of(structure: Mapping[str, Any]) -> dict[str, str]:
+    """Every threshold of ``structure``: name -> its feature (``reposition`` for the compaction one)."""
+    out: dict[str, str] = {}
+
+    def walk(c: Mapping[str, Any]) -> None:
+        for key in ("all", "any"):
+            for sub in c.get(key, ()):
+                walk(sub)
+        if "not" in c:
+            walk(c["not"])
+        if c.get("f") in NUMERIC:
+            out.setdefault(c["param"], c["f"])
+
+    for rule in structure["rules"]:
+        walk(rule["when"])
+    if structure.get("reposition"):
+        out.setdefault(structure["reposition"]["param"], "reposition")
+    return out
+
+
+def _range(feature: str) -> tuple[int, int, bool]:
+    if feature == "reposition":
+        return 256, 8192, True
+    n = NUMERIC[feature]
+    return n.low, n.high, n.log
+
+
+def default_of(structure: Mapping[str, Any], name: str, feature: str) -> int:
+    low, high, log = _range(feature)
+    given = structure.get("defaults", {}).get(name)
+    if isinstance(given, int):
+        return min(high, max(low, given))
+    return round((low * high) ** 0.5) if log else (low + high) // 2
+
+
+def _code(c: Mapping[str, Any]) -> str:
+    if "all" in c:
+        return "(" + " and ".join(_code(x) for x in c["all"]) + ")"
+    if "any" in c:
+        return "(" + " or ".join(_code(x) for x in c["any"]) + ")"
+    if "not" in c:
+        return "(not " + _code(c["not"]) + ")"
+    f = c["f"]
+    if f in NUMERIC:
+        return f"({NUMERIC[f].code} {c['op']} params[{c['param']!r}])"
+    if f == "role":
+        return f"(request.messages[i].role == {c['is']!r})"
+    if f == "tool":
+        return f"(tool_of(request, i) in {tuple(c['in'])!r})"
+    return f"({FLAGS[f][0]})"
+
+
+def _words(c: Mapping[str, Any]) -> str:
+    if "all" in c:
+        return " and ".join(_words(x) for x in c["all"])
+    if "any" in c:
+        return "(" + " or ".join(_words(x) for x in c["any"]) + ")"
+    if "not" in c:
+        return "not " + _words(c["not"])
+    f = c["f"]
+    if f in NUMERIC:
+        return f"{f} {c['op']} {c['param']}"
+    if f == "role":
+        return f"a {c['is']} message"
+    if f == "tool":
+        return "from " + "/".join(c["in"])
+    return f
+
+
+def describe(structure: Mapping[str, Any]) -> str:
+    """The rules in one line, first match first."""
+    parts = [f"{r['action']} if {_words(r['when'])}" for r in structure["rules"]]
+    if structure.get("reposition"):
+        parts.append(f"reposition every {structure['reposition']['param']} dropped tokens")
+    return "; ".join(parts) + "; else keep"
+
+
+def render(structure: Mapping[str, Any]) -> str:
+    """The policy program of ``structure`` (module docstring).
+
+    Raises:
+        RuleError: ``structure`` is outside the grammar.
+    """
+    check(structure)
+    data = json.loads(json.dumps(structure))
+    thresholds = params_of(data)
+    defaults = {name: default_of(data, name, f) for name, f in thresholds.items()}
+    data["defaults"] = defaults
+    said = describe(data).replace("\\", "/").replace('"', "'")  # (tool names are data: never end the docstring)
+    lines = [f'"""Rule program (search_spaces.cache.rules): {said}."""', "",
+             f"STRUCTURE = {data!r}", "", f"DEFAULTS = {defaults!r}", "",
+             f"REPOSITION = {data['reposition']['param']!r}" if data.get("reposition") else "REPOSITION = None",
+             HELPERS]
+    lines.append("def judge(request, i, t, params, ctx):")
+    for rule in data["rules"]:
+        lines.append(f"    if {_code(rule['when'])}:")
+        lines.append(f"        return {rule['action'] == 'drop'}")
+    lines.append("    return False")
+    lines.append(DECIDE)
+    lines.append("def space(trial):")
+    lines.append("    return {")
+    for name, f in thresholds.items():
+        low, high, log = _range(f)
+        lines.append(f"        {name!r}: trial.suggest_int({name!r}, {low}, {high}{', log=True' if log else ''}),")
+    lines.append("    }")
+    return "\n".join(lines) + "\n"
+
+
+def read(source: str) -> dict[str, Any] | None:
+    """The structure of a program :func:`render` wrote (``None`` for any other program, or one edited
+    since: its source must be exactly what its structure renders to)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "STRUCTURE"):
+            try:
+                data = ast.literal_eval(node.value)
+                return dict(data) if render(data) == source else None
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                return None
+    return None
+
+
+def rolling(keep: int = 12) -> dict[str, Any]:
+    """The expert policy as a structure: drop a tool response once ``keep`` newer ones arrived."""
+    return {"rules": [{"action": "drop", "when": {"all": [{"f": "role", "is": "tool"},
+                                                         {"f": "age_tools", "op": ">=", "param": "r_keep"}]}}],
+            "reposition": None, "defaults": {"r_keep": keep}}
+
+
+def conditions(structure: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    """Every condition node of ``structure`` (each rule's, then their parts), in order."""
+    def walk(c: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+        yield c
+        for key in ("all", "any"):
+            for sub in c.get(key, ()):
+                yield from walk(sub)
+        if "not" in c:
+            yield from walk(c["not"])
+
+    for rule in structure["rules"]:
+        yield from walk(rule["when"])
