@@ -25,6 +25,7 @@ from evals.tasks.generator import (
 )
 from evals.tasks.horizon import HORIZON_FAMILIES, HORIZON_SUITES, HorizonSpec, generate_horizon_task
 from evals.tasks.measure import FamilySummary, measure, summarize, token_counter
+from evals.tasks.mixed import MIXED_SUITES, MixedSpec, generate_mixed_task
 from evals.tasks.schema import FAMILIES, Probe, Task, mentions, message_text
 from evals.tasks.selection import select_tasks
 from evals.tasks.storage import SuiteInfo, build_suite, load_suite, save_jsonl, suite_dir, suites_root
@@ -37,9 +38,11 @@ __all__ = [
     "GENERATOR_VERSION",
     "HORIZON_FAMILIES",
     "HORIZON_SUITES",
+    "MIXED_SUITES",
     "SUITES",
     "FamilySummary",
     "HorizonSpec",
+    "MixedSpec",
     "Probe",
     "ProbeTemplates",
     "SuiteInfo",
@@ -49,6 +52,7 @@ __all__ = [
     "build_suite",
     "check_generated",
     "generate_horizon_task",
+    "generate_mixed_task",
     "generate_split",
     "generate_task",
     "get_suite_spec",
