@@ -25,6 +25,7 @@ class Status(enum.StrEnum):
     OK = "ok"
     REFUSED = "refused"
     FAILED = "failed"
+    DUPLICATE = "duplicate"  # behaves as a program the search already has (its behaviour fingerprint): not evaluated
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _pool(args: argparse.Namespace) -> int:
     from rsi.pooling import pool_runs, pooled_lines, write_pooled
 
-    pooled = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed)
+    pooled = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
     print(f"each run's policy chosen on train, paired with each expert over that run's held-out tasks; pooled: "
           f"a bootstrap of {args.samples} resamples within each run (95% intervals)")
     for line in pooled_lines(pooled):
@@ -367,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     pool.add_argument("--out", default=None, help="write the pooled comparisons as JSON here")
     pool.add_argument("--samples", type=int, default=2000, help="bootstrap resamples (>= 100)")
     pool.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    pool.add_argument("--versus", default=None,
+                      help="pool only the comparison with this comparator (e.g. tuning-only: the evolved choice "
+                           "against the ablation arm's tuned seed program; every run must have it)")
     pool.set_defaults(func=_pool)
 
     x = sub.add_parser("export", help="write a chosen policy as a standalone module")

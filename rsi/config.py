@@ -27,6 +27,7 @@ class ConfigError(AKVError):
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+PROPOSERS = ("mutation", "synthesis", "llm", "none")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,10 @@ class ProposerConfig:
     """Who writes programs.
 
     Attributes:
-        kind: ``mutation`` (offline, seeded) or ``llm`` (OpenAI-compatible endpoint).
+        kind: ``mutation`` (offline AST edits, seeded), ``synthesis`` (offline: new rule structures,
+            guided by the oracle's hindsight; ``rsi.proposers.synthesis``), ``llm`` (OpenAI-compatible
+            endpoint), or ``none`` (tuning only: every generation tunes the seed programs again, in new
+            studies; the ablation of the other kinds).
         per_generation: programs proposed per generation.
         parents: how many parents a proposal reads (archive front first).
         base_url, model, api_key_env: the LLM endpoint (key read from that environment variable).
@@ -82,6 +86,7 @@ class ProposerConfig:
         price_in, price_out: USD per million prompt / completion tokens of the proposer model.
         mutate_instructions: let the proposer's own instruction text evolve (recursive proposing).
         timeout_s: per LLM call.
+        candidates: structures the synthesis proposer makes (and screens) per proposal.
     """
 
     kind: str = "mutation"
@@ -98,6 +103,7 @@ class ProposerConfig:
     price_out: float = 0.0
     mutate_instructions: bool = False
     timeout_s: float = 120.0
+    candidates: int = 6
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,31 @@ class CascadeConfig:
     promote: int = 2
     margin: float = 0.02
     check: int = 0
+
+
+ORACLE_FEEDBACK = ("evidence", "model", "none")
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    """The hindsight oracle in a search (``evals.cache.oracle``, ``evals.cache.headroom``).
+
+    Attributes:
+        heldout: measure the headroom on the held-out tasks at the end (the oracle's schedule and the
+            rolling-drop bounds, with the model; ``headroom`` in ``headline.json``).
+        feedback: what the proposers learn on train: ``evidence`` (the oracle's zero-forward start:
+            each required probe's evidence), ``model`` (the oracle searched with the model, ``budget``
+            evaluations per train task), ``none``.
+        budget: model evaluations of the oracle's greedy search per task.
+        bound_budget: model evaluations of the per-task rolling-drop bound per task.
+        single_budget: candidate settings of the one-setting rolling-drop bound.
+    """
+
+    heldout: bool = False
+    feedback: str = "evidence"
+    budget: int = 8
+    bound_budget: int = 3
+    single_budget: int = 2
 
 
 @dataclass(frozen=True)
@@ -204,6 +235,9 @@ class SearchConfig:
             summarizing baselines' window) on train with ``optuna.trials`` trials, and report the
             tuned setting beside the fixed one (``rsi.expert_tuning``).
         bootstrap_samples: resamples of the paired bootstrap behind ``headline.json`` (``evals.paired``).
+        ablation: after the generations, run the tuning-only arm (``rsi.ablation``): the seed programs
+            tuned again with the model evaluations the generations spent; its choice joins the
+            headline as ``tuning-only``.
     """
 
     name: str = "akv-search"
@@ -216,6 +250,7 @@ class SearchConfig:
     tracking_uri: str = ""
     tune_experts: bool = True
     bootstrap_samples: int = 2000
+    ablation: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalSettings = field(default_factory=EvalSettings)
@@ -223,10 +258,22 @@ class SearchConfig:
     optuna: OptunaConfig = field(default_factory=OptunaConfig)
     cascade: CascadeConfig = field(default_factory=CascadeConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    oracle: OracleSettings = field(default_factory=OracleSettings)
 
     def __post_init__(self) -> None:
         checks = [
-            (self.proposer.kind in ("mutation", "llm"), "proposer.kind", self.proposer.kind, "mutation or llm"),
+            (self.proposer.kind in PROPOSERS, "proposer.kind", self.proposer.kind, ", ".join(PROPOSERS)),
+            (_count(self.proposer.candidates), "proposer.candidates", self.proposer.candidates, "an integer >= 1"),
+            (self.oracle.feedback in ORACLE_FEEDBACK, "oracle.feedback", self.oracle.feedback,
+             " or ".join(ORACLE_FEEDBACK)),
+            (isinstance(self.oracle.heldout, bool), "oracle.heldout", self.oracle.heldout, "true or false"),
+            (_count(self.oracle.budget), "oracle.budget", self.oracle.budget, "an integer >= 1"),
+            (_count(self.oracle.bound_budget, 0), "oracle.bound_budget", self.oracle.bound_budget, "an integer >= 0"),
+            (_count(self.oracle.single_budget, 0), "oracle.single_budget", self.oracle.single_budget,
+             "an integer >= 0"),
+            (isinstance(self.ablation, bool), "ablation", self.ablation, "true or false"),
+            (not self.ablation or self.proposer.kind != "none", "ablation", self.ablation,
+             "false when proposer.kind is none (the search is the tuning-only arm already)"),
             (self.optuna.sampler in ("tpe", "nsga2"), "optuna.sampler", self.optuna.sampler, "tpe or nsga2"),
             (self.executor.kind in ("local", "ray"), "executor.kind", self.executor.kind, "local or ray"),
             (self.executor.routing in ("affinity", "round_robin"), "executor.routing", self.executor.routing,
@@ -338,7 +385,7 @@ class SearchConfig:
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "eval": EvalSettings, "proposer": ProposerConfig,
-             "optuna": OptunaConfig, "cascade": CascadeConfig, "executor": ExecutorConfig}
+             "optuna": OptunaConfig, "cascade": CascadeConfig, "executor": ExecutorConfig, "oracle": OracleSettings}
 
 
 def _count(value: Any, least: int = 1) -> bool:

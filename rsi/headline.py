@@ -1,15 +1,19 @@
 """The search's headline: the best evolved policy against each expert on held-out, paired over tasks.
 
-``RUN_DIR/headline.json`` is a list with one object per expert that has a held-out result (the
-fixed experts in config order, then the tuned ones; experts absent from the config are absent
-here). Each object has ``policy``, ``versus``, ``cost_delta_pct``, ``cost_delta_ci95``
-(``[low, high]``), ``pass_delta``, ``pass_delta_ci95``, ``heldout_tasks``, ``significant``, and
-``policy_id``, ``versus_id``, ``matched_pass``. The statistics and the significance rule are
-``evals.paired``'s: ratios of sums over the held-out tasks both policies were evaluated on, 95%
-percentile intervals of a paired bootstrap over tasks (``bootstrap_samples`` resamples,
-``numpy.random.default_rng(seed)`` with the search's seed, so every comparison with the same
-tasks uses the same resamples and the same config gives the same file); significant: the cost
-interval excludes 0, the pass interval's lower bound is >= -0.05, and at least 5 tasks were paired.
+``RUN_DIR/headline.json`` is an object: ``comparisons``, a list with one object per expert that has
+a held-out result (the fixed experts in config order, then the tuned ones, then ``tuning-only``, the
+ablation arm's choice, when the search ran it; experts absent from the config are absent here), and
+``headroom`` (``rsi.headroom``: the oracle, the rolling-drop bounds and the share of the headroom
+captured on held-out; ``null`` unless ``oracle.heldout``). Runs before the headroom wrote the list
+alone, which :func:`read_headline` still reads. Each comparison has ``policy``, ``versus``,
+``cost_delta_pct``, ``cost_delta_ci95`` (``[low, high]``), ``pass_delta``, ``pass_delta_ci95``,
+``heldout_tasks``, ``significant``, and ``policy_id``, ``versus_id``, ``matched_pass``. The
+statistics and the significance rule are ``evals.paired``'s: ratios of sums over the held-out tasks
+both policies were evaluated on, 95% percentile intervals of a paired bootstrap over tasks
+(``bootstrap_samples`` resamples, ``numpy.random.default_rng(seed)`` with the search's seed, so
+every comparison with the same tasks uses the same resamples and the same config gives the same
+file); significant: the cost interval excludes 0, the pass interval's lower bound is >= -0.05, and
+at least 5 tasks were paired.
 
 Which evolved policy (per expert) is chosen on train, never on held-out (choosing on the split
 that is then reported would flatter it): among evolved candidates with a held-out result, the
@@ -117,7 +121,8 @@ class TrainMatch:
         return d.pass_delta_ci95[0] >= PASS_MARGIN
 
 
-def _choose(candidates: Sequence[Candidate], versus: Candidate, match: TrainMatch) -> tuple[Candidate, bool] | None:
+def choose_on_train(candidates: Sequence[Candidate], versus: Candidate,
+                    match: TrainMatch) -> tuple[Candidate, bool] | None:
     """The cheapest of ``candidates`` on train that ``match``es ``versus`` (and ``True``), else the
     most accurate on train (and ``False``); ``None`` when there is nothing to choose from."""
     scored = [c for c in candidates if c.train is not None and c.train.ok]
@@ -135,16 +140,16 @@ def pick_policy(evolved: Sequence[Candidate], versus: Candidate, match: TrainMat
     rate on train (module docstring)."""
     if not _heldout_ok(versus):
         return None
-    return _choose([c for c in evolved if _heldout_ok(c)], versus, match)
+    return choose_on_train([c for c in evolved if _heldout_ok(c)], versus, match)
 
 
 def heldout_targets(front: Sequence[Candidate], experts: Sequence[Candidate], best: int,
                     match: TrainMatch) -> list[Candidate]:
     """The front members a generation evaluates on held-out: the ``best`` most accurate on train,
-    then each expert's match on train (:func:`_choose`), each once, in that order."""
+    then each expert's match on train (:func:`choose_on_train`), each once, in that order."""
     chosen = sorted(front, key=lambda c: (-c.point[1], c.point[0], c.id))[:best]
     for versus in experts:
-        picked = _choose(front, versus, match)
+        picked = choose_on_train(front, versus, match)
         if picked is not None and picked[0] not in chosen:
             chosen.append(picked[0])
     return chosen
@@ -230,24 +235,48 @@ def stored_results(run_dir: Path, c: Candidate, rows: Sequence[dict[str, Any]], 
     return results
 
 
-def write_headline(run_dir: str | Path, rows: Sequence[HeadlineRow]) -> Path:
+def write_headline(run_dir: str | Path, rows: Sequence[HeadlineRow], headroom: dict[str, Any] | None = None) -> Path:
     path = Path(run_dir) / HEADLINE_FILE
-    write_json(path, [r.to_dict() for r in rows])
+    write_json(path, {"comparisons": [r.to_dict() for r in rows], "headroom": headroom})
     return path
 
 
-def read_headline(run_dir: str | Path) -> list[HeadlineRow] | None:
-    """The rows of ``run_dir``'s headline.json (``None`` when the run has none, e.g. an older run).
-
-    Raises:
-        RunDirError: the file is not JSON, not a list, or an entry lacks a field or has one of the
-            wrong type.
-    """
+def _headline_file(run_dir: str | Path) -> tuple[list[Any], dict[str, Any] | None] | None:
     path = Path(run_dir) / HEADLINE_FILE
     if not path.exists():
         return None
+    data = read_json(path)
+    if isinstance(data, list):  # a run from before the headroom
+        return data, None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object or array, got {type(data).__name__}", field=str(path),
+                          value=type(data).__name__)
+    rows, headroom = data.get("comparisons"), data.get("headroom")
+    if not isinstance(rows, list) or not (headroom is None or isinstance(headroom, dict)):
+        raise RunDirError(f"{path}: expected {{'comparisons': [...], 'headroom': {{...}} or null}}", field=str(path),
+                          value=sorted(data))
+    return rows, headroom
+
+
+def read_headroom(run_dir: str | Path) -> dict[str, Any] | None:
+    """``headroom`` of ``run_dir``'s headline.json (``None``: none measured, or an older run)."""
+    found = _headline_file(run_dir)
+    return found[1] if found is not None else None
+
+
+def read_headline(run_dir: str | Path) -> list[HeadlineRow] | None:
+    """The comparisons of ``run_dir``'s headline.json (``None`` when the run has none, e.g. an older run).
+
+    Raises:
+        RunDirError: the file is not JSON, not of either form, or an entry lacks a field or has one of
+            the wrong type.
+    """
+    found = _headline_file(run_dir)
+    if found is None:
+        return None
+    path = Path(run_dir) / HEADLINE_FILE
     rows = []
-    for i, d in enumerate(read_json(path, list)):
+    for i, d in enumerate(found[0]):
         try:
             rows.append(HeadlineRow.from_dict(d))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
@@ -303,6 +332,19 @@ def headline_lines(rows: Sequence[HeadlineRow] | None, archive: Archive) -> list
     return [first] + [describe(r) for r in rows]
 
 
+def headroom_line(headroom: dict[str, Any]) -> str:
+    share = headroom.get("share_captured")
+    seed, evolved = headroom.get("tuned_seed") or {}, headroom.get("evolved") or {}
+    if share is None:
+        return "Share of the headroom captured: not defined (no tuned seed, or the oracle is not cheaper than it)."
+    return (f"Share of the headroom captured by {evolved.get('label', '?')} over the tuned seed program "
+            f"({seed.get('label', '?')}): {100 * share:.0f}% = (tuned seed - evolved) / (tuned seed - oracle), "
+            f"summed cost over {headroom.get('tasks', 0)} held-out tasks.")
+
+
 def run_headline(run_dir: str | Path) -> list[str]:
-    """:func:`headline_lines` of a run directory (what ``akv search`` and ``akv report`` print)."""
-    return headline_lines(read_headline(run_dir), Archive.load(Path(run_dir) / "archive.json"))
+    """:func:`headline_lines` of a run directory, and its headroom line when it has one (what ``akv
+    search`` and ``akv report`` print)."""
+    lines = headline_lines(read_headline(run_dir), Archive.load(Path(run_dir) / "archive.json"))
+    headroom = read_headroom(run_dir)
+    return lines + ([headroom_line(headroom)] if headroom else [])

@@ -63,8 +63,11 @@ class PooledComparison:
                 "runs": [{"run_dir": r.run_dir, "task_ids": list(r.task_ids), **r.row.to_dict()} for r in self.runs]}
 
 
-def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int = 0) -> list[PooledComparison]:
-    """The pooled comparison for every expert some run's headline has (in the first run's order).
+def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int = 0,
+              versus: str | None = None) -> list[PooledComparison]:
+    """The pooled comparison for every expert some run's headline has (in the first run's order), or
+    for the comparator ``versus`` alone (e.g. ``tuning-only``, the ablation arm's choice: every run
+    must have it).
 
     Raises:
         AKVError: no run, fewer than 100 ``samples``, a run given twice, a path that is not a
@@ -93,7 +96,13 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
                            value=str(run))
         archive = load_archive(run)
         evaluations = EvalStore(run / "evaluations.jsonl").rows()
+        if versus is not None and not any(r.versus == versus for r in rows):
+            have = ", ".join(sorted({r.versus for r in rows}))
+            raise AKVError(f"{run}: its headline has no comparison with {versus!r} (it has: {have})",
+                           field="versus", value=versus)
         for row in rows:
+            if versus is not None and row.versus != versus:
+                continue
             a = stored_results(run, pick(archive, row.policy_id), evaluations, "heldout")
             b = stored_results(run, pick(archive, row.versus_id), evaluations, "heldout")
             shared = sorted(set(a) & set(b))

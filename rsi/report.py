@@ -3,8 +3,10 @@
 Figures: the cost vs pass-rate plane (train and held-out) with the evolved front and the expert
 policies; hypervolume per generation; the lineage of the best policy; per-family pass rates.
 The headline comes from ``headline.json`` (``rsi.headline``): the best evolved policy against
-each expert (fixed and tuned) on held-out, paired over tasks with 95% bootstrap intervals, with a
-verdict in words: which comparisons are significant, or plainly that nothing beat the experts.
+each expert (fixed and tuned, and the tuning-only arm's choice) on held-out, paired over tasks with
+95% bootstrap intervals, with a verdict in words: which comparisons are significant, or plainly that
+nothing beat the experts; then the headroom (the oracle and the rolling-drop bounds, the share of
+the headroom captured) and the ablation's budgets when the search measured them.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from rsi.archive import Archive, Candidate, Status
-from rsi.headline import headline_lines, read_headline
+from rsi.headline import headline_lines, headroom_line, read_headline, read_headroom
 from rsi.pareto import front
 from rsi.proposer_report import proposer_section
 
@@ -177,6 +179,40 @@ def _speed_line(speed: dict[str, Any]) -> str:
     return " Policy-task evaluations measured in this attempt, " + "; ".join(parts) + tail + "."
 
 
+HEADROOM_ROWS = (("full", "full cache"), ("tuned_seed", "tuned seed program"), ("evolved", "best evolved"),
+                 ("single_rolling", "rolling drop, one setting (hindsight)"),
+                 ("per_task_rolling", "rolling drop, tuned per task (hindsight)"), ("oracle", "hindsight oracle"))
+
+
+def headroom_rows(headroom: dict[str, Any]) -> list[dict[str, Any]]:
+    """The headroom table: each policy's summed held-out cost, its change against the full cache, its pass rate."""
+    costs, passes = headroom.get("costs_cents") or {}, headroom.get("pass_rates") or {}
+    full = costs.get("full") or 0.0
+    return [{"policy": label, "held-out cost (c, summed)": costs[key],
+             "vs full": f"{100 * (costs[key] / full - 1):+.1f}%" if full else "",
+             "held-out pass": passes.get(key)} for key, label in HEADROOM_ROWS if key in costs]
+
+
+def _headroom_section(run: Path, headroom: dict[str, Any] | None) -> str:
+    parts = []
+    if headroom:
+        parts.append(f"<h2>Headroom (held-out)</h2><p>{html.escape(headroom_line(headroom))} The oracle knows the "
+                     "probes; the rolling-drop bounds choose their setting with hindsight, per task or once for "
+                     "all tasks; every pass rate is the model's. Details: headroom.json.</p>")
+        parts.append(_table(headroom_rows(headroom), ["policy", "held-out cost (c, summed)", "vs full",
+                                                      "held-out pass"]))
+    ablation = run / "ablation.json"
+    if ablation.exists():
+        a = json.loads(ablation.read_text())
+        choice = a.get("choice") or {}
+        parts.append(f"<h2>Ablation: tuning only</h2><p>The seed programs tuned again with the model evaluations "
+                     f"the generations spent: {a.get('spent_train_evaluations')} train policy-task evaluations in "
+                     f"{a.get('rounds')} rounds, against the generations' {a.get('budget_train_evaluations')}. Its "
+                     f"choice on train, {html.escape(str(choice.get('reason', 'none')))}, is the headline's "
+                     "'tuning-only' comparison.</p>")
+    return "".join(parts)
+
+
 def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for ``run_dir``; returns the figure paths."""
     run = Path(run_dir)
@@ -203,6 +239,9 @@ def write_report(run_dir: str | Path) -> list[Path]:
     cols = ["label", "expert", "generation", "proposer", "train pass", "train cost (c)", "held-out pass",
             "held-out cost (c)", "params"]
     lines = headline_lines(read_headline(run), archive)
+    headroom = read_headroom(run)
+    if headroom:
+        lines.append(headroom_line(headroom))
     proposer_html, proposer_figures = proposer_section(run, archive)
     fidelity_html = _fidelity_section(run)
     page = f"""<!doctype html>
@@ -224,6 +263,7 @@ significant: the cost interval excludes 0, the pass-rate interval's lower bound 
 5 held-out tasks were paired.
 Tuned experts (hollow markers) had their setting tuned on train with the evolved programs' trial budget.
 Details: headline.json.</p>
+{_headroom_section(run, headroom)}
 {fidelity_html}
 <h2>Cost vs pass rate</h2>{_img(paths['pareto_train'])}{_img(paths['pareto_heldout'])}
 <h2>Pareto front and experts</h2>{_table([_row(c) for c in archive.front() + experts], cols)}

@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.errors import AKVError, show
 from engine.layout import Renderer
-from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
+from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
 from evals.cache.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
 from evals.cache.probes import ProbeFormat
 from evals.tasks import load_suite, select_tasks
@@ -36,17 +36,20 @@ from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.config import ConfigError, SearchConfig, config_from_dict
 from rsi.executors.base import EvalRequest, Executor
 from rsi.expert_tuning import TUNED, tunable, tune_expert
+from rsi.fingerprint import behaviour
 from rsi.headline import TrainMatch, build_headline, heldout_targets, write_headline
 from rsi.metrics import aggregate
 from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.progress import SearchProgress, plan_evaluations
 from rsi.proposers.base import ParentView, Proposal, Proposer
+from rsi.proposers.hindsight import Hindsight, build_hindsight
 from rsi.proposers.mutation import source_hash
+from rsi.proposers.synthesis import SynthesisProposer
 from rsi.rundir import RunDir, RunDirError, read_json
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
 from rsi.tuning import Screen, TuneResult, make_storage, tune
-from search_spaces import Episode, check_program, seed_source
+from search_spaces import Episode, check_program, run_program, seed_source
 
 log = logging.getLogger("akv.search")
 parse_expert = PolicySpec.parse  # (the expert notation belongs to evals; kept here for callers of rsi.search)
@@ -101,6 +104,12 @@ class Search:
         self.screen_pool: dict[str, tuple[str, dict[str, Any], float]] = {}  # id -> (program, params, predicted)
         self.fidelity_sampled: set[str] = set()  # pairs added by fidelity_sample
         self.speed = FidelitySpeed()  # policy-task evaluations and their seconds per fidelity, this attempt
+        self.spent: dict[str, int] = {}  # phase -> train policy-task evaluations asked of the model (stored or not)
+        self.phase = "experts"
+        self.fingerprints: dict[str, str] = {}  # behaviour fingerprint (decisions on the smoke episode) -> program
+        self.duplicates = 0  # proposals refused because they behave as a program the search already has
+        self.hindsight: Hindsight | None = None  # the oracle's view of train (oracle.feedback), for proposers
+        self.smoke: list[Episode] = []  # the train episodes: behaviour fingerprints are made on them
         self._progress_enabled = progress
         self._outputs_generation = self._written_generation()
         self.progress = SearchProgress(0, enabled=False)  # replaced by run() once the tasks are known
@@ -151,8 +160,50 @@ class Search:
         if self._proposer is None:
             from rsi.proposers import make_proposer
 
-            self._proposer = make_proposer(self.config, smoke, self.run_dir)
+            # (the synthesis proposer fingerprints its candidates as the search does: on every train episode)
+            smoke = self.smoke if self.config.proposer.kind == "synthesis" else smoke
+            self._proposer = make_proposer(self.config, smoke, self.run_dir, hindsight=self.hindsight,
+                                           screen=self._program_screen() if self._proxy is not None else None,
+                                           known=set(self.fingerprints))
         return self._proposer
+
+    def _program_screen(self) -> Any:
+        """A program's (cost, predicted pass) on train at zero forwards (the cascade's proxy), or None."""
+        proxy = self._proxy
+        assert proxy is not None
+
+        def screen(source: str, params: Any) -> tuple[float, float] | None:
+            m = aggregate(proxy.evaluate_many(PolicySpec("program", dict(params), source=source), self.train))
+            return (m.cost_cents_mean, m.pass_rate) if m.ok else None
+
+        return screen
+
+    def _hindsight(self) -> Hindsight | None:
+        """The oracle's view of the train tasks for proposers that read it (``oracle.feedback``)."""
+        mode = self.config.oracle.feedback
+        if mode == "none" or self.config.proposer.kind not in ("synthesis", "llm"):
+            return None
+        fulls = self.evaluate(PolicySpec("full"), self.train)
+        episodes = [Episode.of(list(t.messages), self._counts(t)) for t in self.train]
+        replay = Replay(self._dry_engine(), self.eval_config)  # type: ignore[arg-type]  # (accounts only)
+
+        def cost(spec: PolicySpec, task: Task) -> float:
+            return replay.cost(spec, task).cents
+
+        def judge(spec: PolicySpec, task: Task) -> TaskResult:
+            return self.evaluate(spec, [task])[0]
+
+        if mode == "model":
+            self.progress.replan(self.config.oracle.budget * len(self.train))
+        found = build_hindsight(self.train, episodes, fulls, cost, judge if mode == "model" else None,
+                                self.config.oracle.budget)
+        self._say(f"hindsight for the proposer: {found.source} on {len(found.needed)} train tasks "
+                  f"({sum(len(n) for n in found.needed)} needed messages)")
+        return found
+
+    def _dry_engine(self) -> DryEngine:
+        return (DryEngine.of(self._engine) if self._engine is not None
+                else DryEngine.load(self.config.model.name, self.config.model.template))
 
     # ------------------------------------------------------------------ evaluation
 
@@ -160,6 +211,10 @@ class Search:
         return [EvalRequest(spec, t, eval_key(spec.key, t.id, self.model_id, self.eval_config.digest)) for t in tasks]
 
     def evaluate(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
+        """``spec`` on ``tasks`` with the model (stored results are read, not recomputed); train tasks
+        count toward :attr:`spent` of the current :attr:`phase` either way (the budget a fresh run pays)."""
+        train = {t.id for t in getattr(self, "train", ())}
+        self.spent[self.phase] = self.spent.get(self.phase, 0) + sum(1 for t in tasks if t.id in train)
         requests = self._requests(spec, tasks)
         for r in requests:  # results from the store count as done (new ones count when stored)
             if r.key in self.store:
@@ -212,11 +267,25 @@ class Search:
                 self._tune_experts()
             if cfg.cascade.enabled:
                 self._proxy = self._make_proxy()
+            self.smoke = [Episode.of(list(t.messages), self._counts(t)) for t in self.train]
+            self.phase = "seeds"
             self._generation_zero()
-            smoke = [Episode.of(list(t.messages), self._counts(t)) for t in self.train[:1]]
-            proposer = self.proposer(smoke)
+            self.hindsight = self._hindsight()
+            proposer = self.proposer(self.smoke[:1])
+            self.phase = "generations"
             for g in range(1, cfg.generations + 1):
                 self._generation(g, proposer)
+            if cfg.ablation:
+                from rsi.ablation import run_tuning_arm
+
+                self.phase = "tuning-only"
+                run_tuning_arm(self)
+            if cfg.oracle.heldout:
+                from rsi.headroom import measure_search_headroom
+
+                self.phase = "headroom"
+                self.headroom = measure_search_headroom(self)
+            self.phase = "check"
             if self._proxy is not None and cfg.cascade.check:
                 self.fidelity_sample(cfg.cascade.check)
             status = "FINISHED"
@@ -324,9 +393,7 @@ class Search:
             full = self.evaluate(PolicySpec("full"), self.train)
             dropped = self.evaluate(PolicySpec(DIAGNOSTIC), self.train)
         table = EvidenceTable.fit(full, dropped)
-        engine = (DryEngine.of(self._engine) if self._engine is not None
-                  else DryEngine.load(self.config.model.name, self.config.model.template))
-        proxy = ProxyReplay(engine, table, self.eval_config)
+        proxy = ProxyReplay(self._dry_engine(), table, self.eval_config)
         for c in self.archive.candidates:  # (not ``full``: the proxy reproduces its control by construction)
             if c.expert and c.spec != "full" and c.train is not None and c.train.ok:
                 predicted = aggregate(proxy.evaluate_many(self._spec(c), self.train))
@@ -460,6 +527,7 @@ class Search:
     def _tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
                       note: str) -> None:
         sha = source_hash(source)
+        known = any(c.program == sha for c in self.archive.candidates)  # tuned before: tuning it again is allowed
         self.seen.add(sha)
         self.files.save_program(sha, source)
         check = check_program(source)
@@ -469,6 +537,15 @@ class Search:
             self.archive.add(c)
             self.tracker.candidate(c, source, [])
             self._say(f"  {label:14s} refused: {check.reason}")
+            return
+        twin = self._behaves_as(sha, source)
+        if twin is not None and not known:
+            c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.DUPLICATE,
+                          reason=f"decides as program {twin[:12]} on the train episodes: not evaluated")
+            self.archive.add(c)
+            self.duplicates += 1
+            self.state["duplicates"] = self.duplicates
+            self._say(f"  {label:14s} not evaluated: behaves as program {twin[:12]}")
             return
         cfg = self.config
 
@@ -501,6 +578,22 @@ class Search:
                 shown.add(c.point)
                 self._say(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
                           f"({proposer}{': ' + note if note else ''})")
+
+    def _behaves_as(self, sha: str, source: str) -> str | None:
+        """The program already in the search that decides as ``source`` does on the train episodes
+        (``rsi.fingerprint.behaviour``), or ``None``; ``source``'s fingerprint is recorded."""
+        if not self.smoke:
+            return None
+        mark = behaviour(source, {}, self.smoke)
+        if mark is None:
+            return None  # tuning will record why it fails
+        twin = self.fingerprints.get(mark)
+        if twin is None or twin == sha:
+            self.fingerprints[mark] = sha
+            if isinstance(self._proposer, SynthesisProposer):
+                self._proposer.known.add(mark)
+            return None
+        return twin
 
     def _close_generation(self, g: int) -> None:
         front = self.archive.front()
@@ -565,7 +658,23 @@ class Search:
                 if not p.passed:
                     failed.append({"task": r.task_id, "family": r.family, "kind": p.kind, "answer": p.answer,
                                    "chosen": p.choice, "evidence_messages_dropped": list(p.evidence_dropped)})
-        return {"train": c.train.to_dict() if c.train else None, "failed_probes": failed[:8]}
+        out: dict[str, Any] = {"train": c.train.to_dict() if c.train else None, "failed_probes": failed[:8]}
+        if self.hindsight is not None and c.spec == "program":
+            out["hindsight"] = self._hindsight_report(c)
+        return out
+
+    def _hindsight_report(self, c: Candidate) -> list[dict[str, Any]]:
+        """What ``c`` kept that the oracle dropped and dropped that it needed, per train task, worst first."""
+        from rsi.proposers.hindsight import TaskFeatures, drops_of, report
+
+        assert self.hindsight is not None
+        run = run_program(self._source(c.program), dict(c.params), list(self.hindsight.episodes))
+        if not run.ok:
+            return []
+        if not hasattr(self, "_features"):
+            self._features = [TaskFeatures(e) for e in self.hindsight.episodes]
+        drops = [drops_of(ep[-1].wire) if ep else {} for ep in run.decisions]
+        return report(self.hindsight, drops, self._features)
 
     def pareto_rows(self) -> list[dict[str, Any]]:
         rows = []
@@ -590,7 +699,8 @@ class Search:
         self.archive.save(self.files / "archive.json")
         self.files.write("pareto.json", self.pareto_rows())
         write_headline(self.run_dir, build_headline(self.archive, self._heldout_results, self._train_results,
-                                                    samples=self.config.bootstrap_samples, seed=self.config.seed))
+                                                    samples=self.config.bootstrap_samples, seed=self.config.seed),
+                       getattr(self, "headroom", None))
         if self._executor is not None:
             self.files.write("replicas.json", self._executor.stats())
 

@@ -1,4 +1,5 @@
-"""Proposers: who writes new policy programs (``mutation`` offline, or ``llm``)."""
+"""Proposers: who writes new policy programs (``mutation`` and ``synthesis`` offline, ``llm``, or
+``none``: the seed programs tuned again, the ablation)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,30 @@ from rsi.proposers.mutation import MutationProposer
 
 if TYPE_CHECKING:
     from rsi.config import SearchConfig
+    from rsi.proposers.hindsight import Hindsight
+    from rsi.proposers.synthesis import Screen
     from search_spaces import Episode
 
 __all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerStats", "make_proposer"]
 
 
-def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path) -> Proposer:
-    if config.proposer.kind == "llm":
+def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path, *,
+                  hindsight: Hindsight | None = None, screen: Screen | None = None,
+                  known: set[str] | None = None) -> Proposer:
+    """The proposer ``config.proposer.kind`` names. ``hindsight`` (the oracle on train), ``screen``
+    (zero-forward scoring) and ``known`` (behaviour fingerprints of the search's programs) guide the
+    synthesis proposer; the others ignore them."""
+    kind = config.proposer.kind
+    if kind == "llm":
         from rsi.proposers.llm import LLMProposer
 
         return LLMProposer(config.proposer, smoke, run_dir)
+    if kind == "synthesis":
+        from rsi.proposers.synthesis import SynthesisProposer
+
+        return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known)
+    if kind == "none":
+        from rsi.proposers.tuning import TuningOnly
+
+        return TuningOnly(config.seeds)
     return MutationProposer(smoke)

@@ -3,7 +3,8 @@
 The prompt carries the policy API (``search_spaces.api_doc()``), a parent program with its train
 metrics and concrete feedback (per-family pass rates, the probes it failed and the evidence
 messages it had dropped, its cost breakdown, its per-family pass-rate change against its own parent,
-and the reasons earlier proposals derived from it failed), and the answer format: a whole program in a
+what it dropped that the hindsight oracle needed and kept that it did not, per train task, worst
+first, and the reasons earlier proposals derived from it failed), and the answer format: a whole program in a
 ```python block, or SEARCH/REPLACE blocks against the parent. A program that fails the checker
 or a smoke run goes back to the model once with the error; whatever comes back is proposed, so a
 bad program ends as a recorded failure with its reason, never silently. Tokens and dollars are
@@ -112,6 +113,22 @@ def failed_children(c: Any, archive: Any, max_failures: int = 4) -> list[str]:
             *(f"- {x.label} ({x.proposer}): {x.status.value}: {x.reason[:200]}" for x in children[-max_failures:])]
 
 
+def hindsight_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Prompt lines: per train task, worst first, what the parent dropped that the hindsight oracle
+    needed and what it kept reading that the oracle did not (``rsi.proposers.hindsight.report``)."""
+    if not rows:
+        return []
+    out = ["Against the hindsight oracle (which knows the probes) on the train tasks, worst first:"]
+    for k, r in enumerate(rows, 1):
+        need = ", ".join(f"{m['id']} ({m['role']}{' ' + m['tool'] if m['tool'] else ''})"
+                         for m in r["dropped_but_needed"]) or "none"
+        waste = ", ".join(f"{m['id']} ({m['role']}{' ' + m['tool'] if m['tool'] else ''}, {m['token_reads']} "
+                          f"token-reads)" for m in r["kept_but_not_needed"]) or "none"
+        out.append(f"- task {k} ({r['messages']} messages): dropped but needed: {need}; kept but not needed, "
+                   f"most costly first: {waste}")
+    return out
+
+
 class BudgetExhausted(Exception):
     pass
 
@@ -188,6 +205,7 @@ class LLMProposer(Proposer):
             lines.append("Probes it failed (the evidence messages it had dropped, if any):")
             lines += [f"- {f['family']} {f['kind']}: answer {f['answer']!r}, chose {f['chosen']!r}, evidence messages "
                       f"dropped {f['evidence_messages_dropped']}" for f in failed]
+        lines += hindsight_lines(fb.get("hindsight") or [])
         if archive is not None:
             lines += lineage_feedback(c, archive)
         lines += ["", self.variants[variant]]

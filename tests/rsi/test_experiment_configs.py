@@ -94,6 +94,14 @@ def test_bad_remote_options_name_the_key(raw, exc, field, message):
     ({"experts": ["full", "nosuch"]}, "experts[1]", "unknown policy 'nosuch'; valid policies: full"),
     ({"experts": ["rolling_drop:keep_tool_responses=-5"]}, "experts[0]", "must be in [0, 100000], got -5"),
     ({"experts": [12]}, "experts", "a list of 'name' or 'name:k=v,k=v' strings"),
+    ({"proposer": {"kind": "evolve"}}, "proposer.kind", "mutation, synthesis, llm, none"),
+    ({"proposer": {"candidates": 0}}, "proposer.candidates", "an integer >= 1"),
+    ({"oracle": {"feedback": "always"}}, "oracle.feedback", "evidence or model or none"),
+    ({"oracle": {"heldout": "yes"}}, "oracle.heldout", "true or false"),
+    ({"oracle": {"budget": 0}}, "oracle.budget", "an integer >= 1"),
+    ({"oracle": {"colour": 1}}, "oracle.colour", "valid keys here"),
+    ({"ablation": 1}, "ablation", "true or false"),
+    ({"ablation": True, "proposer": {"kind": "none"}}, "ablation", "the tuning-only arm already"),
 ])
 def test_bad_search_values_are_refused_before_a_run_starts(raw, field, message):
     with pytest.raises(ConfigError) as err:

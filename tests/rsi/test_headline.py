@@ -24,6 +24,7 @@ from rsi.headline import (
     heldout_targets,
     pick_policy,
     read_headline,
+    read_headroom,
     write_headline,
 )
 from rsi.metrics import Metrics
@@ -183,7 +184,9 @@ def test_a_search_tunes_its_experts_and_writes_the_headline(finished):
     assert tuned.train.cost_cents_mean == pytest.approx(want.values[0])
     assert tuned.params.get("keep_tool_responses", 1) == want.params["keep_tool_responses"]
 
-    rows = json.loads((finished / "headline.json").read_text())
+    headline = json.loads((finished / "headline.json").read_text())
+    assert set(headline) == {"comparisons", "headroom"} and headline["headroom"] is None  # (oracle.heldout off)
+    rows = headline["comparisons"]
     assert rows and all(set(r) >= KEYS for r in rows)
     assert {r["versus"] for r in rows} == {c.label for c in archive.candidates if c.expert and c.heldout}
     for r in rows:
@@ -213,7 +216,10 @@ def test_a_run_without_evolved_held_out_results_has_an_empty_headline_and_says_w
     Archive([c for c in archive.candidates if c.expert], archive.hv_history).save(run / "archive.json")
     write_headline(run, build_headline(Archive.load(run / "archive.json"), lambda c: None, lambda c: None,
                                        samples=100, seed=0))
-    assert json.loads((run / "headline.json").read_text()) == []
+    assert json.loads((run / "headline.json").read_text()) == {"comparisons": [], "headroom": None}
+    assert read_headline(run) == []
+    (run / "headline.json").write_text("[]")  # a run from before the headroom wrote the list alone
+    assert read_headline(run) == [] and read_headroom(run) is None
     write_report(run)
     assert "No headline comparison: no evolved policy has a held-out result" in (run / "report.html").read_text()
 

@@ -105,9 +105,14 @@ def test_runs_sharing_a_task_a_run_twice_and_a_run_without_headline_are_refused(
         pool_runs([])
     with pytest.raises(AKVError, match="samples must be an integer >= 100, got 99"):
         pool_runs([two_runs[0]], samples=99)
-    for bad in ('[{"policy": "g1-p0"}]', '[3]', '[{"policy": "a", "versus": "b", "cost_delta_pct": "x"}]'):
+    for bad in ('[{"policy": "g1-p0"}]', '[3]', '[{"policy": "a", "versus": "b", "cost_delta_pct": "x"}]',
+                '{"comparisons": [3], "headroom": null}'):
         (bare / "headline.json").write_text(bad)  # a hand-edited headline: one line naming the file
         with pytest.raises(AKVError, match=r"headline.json: entry 0 is not a headline row \("):
+            pool_runs([bare])
+    for bad in ('{"comparisons": 3}', '{"comparisons": [], "headroom": 1}', '"text"'):
+        (bare / "headline.json").write_text(bad)
+        with pytest.raises(AKVError, match=r"headline.json: expected"):
             pool_runs([bare])
 
 

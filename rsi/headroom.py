@@ -1,0 +1,106 @@
+"""The headroom of a search on its held-out tasks (``oracle.heldout``): how much of what could be won it won.
+
+On every held-out task, with the model: the hindsight oracle and the rolling-drop bounds
+(``evals.cache.headroom``, through the search's executor and store), beside the full cache, the
+tuned seed program and the best evolved policy. The *tuned seed* is the tuning-only arm's choice
+when the search ran it (``rsi.ablation``), else the cheapest generation-0 seed candidate that
+matches the full cache on train (else the most accurate); the *best evolved* is the headline's
+choice against it (the cheapest evolved candidate that matches it on train). Then::
+
+    share of the headroom captured = (tuned seed cost - evolved cost) / (tuned seed cost - oracle cost)
+
+over the summed costs of the held-out tasks (``None`` when the oracle is not cheaper than the tuned
+seed). Every number is the model's; the costs are exact.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from evals.cache.evaluator import PolicySpec, TaskResult
+from evals.cache.headroom import measure_headroom
+from evals.cache.oracle import OracleConfig
+from evals.paired import PairingError, pair_results, paired_bootstrap
+from evals.tasks.schema import Task
+from rsi.ablation import ARM
+from rsi.archive import Candidate
+from rsi.headline import TrainMatch, choose_on_train
+from rsi.metrics import aggregate
+
+if TYPE_CHECKING:
+    from rsi.search import Search
+
+HEADROOM_FILE = "headroom.json"
+
+
+def tuned_seed(search: Search) -> Candidate | None:
+    """The tuned seed program the share is measured from (module docstring)."""
+    arm = next((c for c in search.archive.candidates if c.proposer == ARM and c.expert), None)
+    if arm is not None:
+        return arm
+    full = next((c for c in search.archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)
+    seeds = [c for c in search.archive.scored() if c.generation == 0 and c.proposer == "seed"]
+    if full is None or not seeds:
+        return None
+    picked = choose_on_train(seeds, full, TrainMatch(search._train_results, search.config.bootstrap_samples,
+                                                     search.config.seed))
+    return picked[0] if picked else None
+
+
+def _paired(a: list[TaskResult], b: list[TaskResult], samples: int, seed: int) -> dict[str, Any] | None:
+    try:
+        d = paired_bootstrap(pair_results(a, b), samples=samples, seed=seed)
+    except PairingError:
+        return None
+    return {"cost_delta_pct": d.cost_delta_pct, "cost_delta_ci95": list(d.cost_delta_ci95), "pass_delta": d.pass_delta,
+            "pass_delta_ci95": list(d.pass_delta_ci95), "tasks": d.n_tasks, "significant": d.significant}
+
+
+def measure_search_headroom(search: Search) -> dict[str, Any]:
+    """Measure and write ``headroom.json``; returns the summary that ``headline.json`` carries."""
+    cfg = search.config
+    tasks = search.heldout
+
+    def judge(spec: PolicySpec, task: Task) -> TaskResult:
+        return search.evaluate(spec, [task])[0]
+
+    o = cfg.oracle
+    h = measure_headroom(tasks, judge, search._dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
+                         bound_budget=o.bound_budget, single_budget=o.single_budget,
+                         on_task=lambda t: search._say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
+                                                       f"{t.oracle.cost_cents:.4f}c ({t.oracle.method}), rolling per "
+                                                       f"task {t.rolling.result.cost_cents:.4f}c"))
+    seed = tuned_seed(search)
+    match = TrainMatch(search._train_results, cfg.bootstrap_samples, cfg.seed)
+    evolved = None
+    if seed is not None:
+        picked = choose_on_train(search.archive.scored(), seed, match)
+        evolved = picked[0] if picked else None
+    rows: dict[str, list[TaskResult]] = {"full": [t.full for t in h.tasks],
+                                         "per_task_rolling": [t.rolling.result for t in h.tasks],
+                                         "single_rolling": list(h.single.results),
+                                         "oracle": [t.oracle.result for t in h.tasks]}
+    for name, c in (("tuned_seed", seed), ("evolved", evolved)):
+        if c is not None:
+            rows[name] = search.evaluate(search._spec(c), tasks)
+    costs = {k: sum(r.cost_cents for r in v) for k, v in rows.items()}
+    passes = {k: aggregate(v).pass_rate for k, v in rows.items()}
+    share = None
+    if "tuned_seed" in costs and "evolved" in costs and costs["tuned_seed"] > costs["oracle"]:
+        share = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["oracle"])
+    samples, bseed = cfg.bootstrap_samples, cfg.seed
+    summary = {
+        "tasks": len(tasks), "costs_cents": costs, "pass_rates": passes, "share_captured": share,
+        "tuned_seed": {"label": seed.label, "id": seed.id, "reason": seed.reason} if seed else None,
+        "evolved": {"label": evolved.label, "id": evolved.id} if evolved else None,
+        "evolved_vs_oracle": _paired(rows["evolved"], rows["oracle"], samples, bseed) if evolved else None,
+        "per_task_rolling_vs_single": h.gap(samples, bseed),
+        "single_rolling_params": h.single.params,
+        "model_evaluations": h.to_dict()["model_evaluations"],
+    }
+    search.files.write(HEADROOM_FILE, {"summary": summary, **h.to_dict(samples, bseed)})
+    if share is not None:
+        search._say(f"headroom on {len(tasks)} held-out tasks: tuned seed {costs['tuned_seed']:.3f}c, evolved "
+                    f"{costs['evolved']:.3f}c, oracle {costs['oracle']:.3f}c: {100 * share:.0f}% of the headroom "
+                    "captured")
+    return summary

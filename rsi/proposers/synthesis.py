@@ -1,0 +1,379 @@
+"""The synthesis proposer: new rule structures over message features, guided by the oracle's hindsight.
+
+Programs are written in the rule grammar of ``search_spaces.cache.rules`` (drop / keep rules,
+first match wins, over role, tool, ages, tokens, mentions by later messages, supersession, batch
+place, overlap with the task, composed with and / or / not); their thresholds are parameters that
+Optuna tunes inside the candidate, as for any program. Operators (:data:`OPERATORS`), chosen by the
+same UCB1 bandit as the mutation operators (``rsi.proposers.bandit``, proposals recorded as
+``synthesis:<op>``):
+
+- ``grow``: add a drop rule. Candidates are conjunctions of a role or tool test and one or two
+  numeric or flag tests; each is scored on the train tasks against the hindsight oracle
+  (:func:`rsi.proposers.hindsight.drop_gain`: token-reads saved on messages the oracle drops,
+  needed messages newly harmed), and the best ones are tried.
+- ``protect``: add a keep rule in front, scored by the needed messages the parent drops that it
+  would protect and the reads it would add (:func:`rsi.proposers.hindsight.keep_gain`).
+- ``mutate``: replace a subtree of one rule (another feature, the other comparison, a negation,
+  a widened or narrowed tool set).
+- ``crossover``: the parent's rules with a rule of a second synthesized parent.
+- ``prune``: remove a rule or one part of a conjunction.
+
+A parent that is not a rule program (a seed) is read as the expert's structure (``rules.rolling``:
+drop a tool response once K newer ones arrived, K its own ``keep_tool_responses`` when it has one)
+and edited from there. Each operator makes up to ``candidates`` structures; every one is rendered,
+checked, smoke-run, and its behaviour fingerprinted (``rsi.fingerprint``: its decisions on the smoke
+episodes at its defaults and at two draws of its space): a structure whose fingerprint equals a
+program the search already has is discarded and counted (``ProposerStats.operators[op]``,
+``duplicates``). The rest are screened without a forward
+(``screen``: the cascade's proxy on the train tasks, cost and predicted pass), and the one whose
+point the archive's proxy points dominate least, cheapest first, is proposed. Without hindsight or
+a screen the proposer still works: it ranks by the simulated gain alone, or proposes the first
+valid candidate.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rsi.archive import Archive
+from rsi.fingerprint import behaviour
+from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
+from rsi.proposers.base import ParentView, Proposal, Proposer
+from rsi.proposers.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
+from rsi.proposers.mutation import source_hash
+from search_spaces import Episode, check_program, run_program
+from search_spaces.cache import rules
+
+OPERATORS = ("grow", "protect", "mutate", "crossover", "prune")
+PREFIX = "synthesis:"
+Screen = Callable[[str, Mapping[str, Any]], tuple[float, float] | None]
+"""(program source, parameters) -> (cost, predicted pass) on the train tasks at zero forwards, or None."""
+
+NUMERIC_TESTS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("age_tools", ">=", (0, 1, 2, 4, 8, 16)),
+    ("age_calls", ">=", (1, 2, 4, 8)),
+    ("tokens", ">=", (64, 128, 256, 512)),
+    ("mentions", "<", (1, 2)),
+    ("mentions2", "<", (1,)),
+    ("task_overlap", "<", (1,)),
+    ("batch_size", ">=", (2, 3)),
+)
+KEEP_TESTS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
+    ("mentions", ">=", (1, 2)),
+    ("mentions2", ">=", (1,)),
+    ("task_overlap", ">=", (1, 2)),
+    ("age_tools", "<", (4, 8, 16)),
+    ("tokens", "<", (64, 128)),
+)
+
+
+def as_structure(source: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A parent's structure: its own if it is a rule program, else the expert's rolling drop
+    (K = its ``keep_tool_responses`` when it has one), with its tuned parameters as the defaults."""
+    found = rules.read(source)
+    if found is not None:
+        s = copy.deepcopy(found)
+        s["defaults"] = {**s.get("defaults", {}), **{k: int(v) for k, v in params.items()
+                                                     if isinstance(v, int) and not isinstance(v, bool)}}
+        return s
+    keep = params.get("keep_tool_responses", 12)
+    return rules.rolling(int(keep) if isinstance(keep, int) and not isinstance(keep, bool) else 12)
+
+
+class SynthesisProposer(Proposer):
+    """Rule-structure synthesis (see the module docstring).
+
+    Args:
+        smoke: episodes each candidate is smoke-run and fingerprinted on.
+        hindsight: the oracle's view of the train tasks (``None``: no guidance).
+        screen: zero-forward scoring of a candidate on train (``None``: no screening).
+        candidates: structures made per proposal before one is chosen.
+        known: fingerprints of programs the search already has (the proposer adds its own).
+    """
+
+    name = "synthesis"
+    operators: tuple[str, ...] = OPERATORS
+
+    def __init__(self, smoke: Sequence[Episode], hindsight: Hindsight | None = None, screen: Screen | None = None,
+                 candidates: int = 6, known: set[str] | None = None) -> None:
+        super().__init__()
+        self.smoke = list(smoke)
+        self.hindsight = hindsight
+        self.features = [TaskFeatures(e) for e in hindsight.episodes] if hindsight is not None else []
+        self.screen = screen
+        self.candidates = candidates
+        self.known: set[str] = known if known is not None else set()
+        self.bandit: UCB1 | None = None
+        self.points: list[tuple[float, float]] = []  # proxy points of screened programs (the screen's front)
+
+    # ------------------------------------------------------------------ proposing
+
+    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
+                seen: set[str]) -> list[Proposal]:
+        if not parents:
+            return []
+        bandit = self.bandit = bandit_from_archive(self.operators, archive, ref_cost_of(archive), prefix=PREFIX)
+        out: list[Proposal] = []
+        for _ in range(n):
+            for _attempt in range(2 * len(self.operators)):
+                op = bandit.choose()
+                parent = parents[rng.randrange(len(parents))]
+                other = parents[rng.randrange(len(parents))] if len(parents) > 1 else None
+                proposal = self._propose_one(op, parent, other, rng, seen)
+                ops = self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0, "duplicates": 0})
+                ops["attempts"] += 1
+                if proposal is None:
+                    bandit.update(op, 0.0)
+                    continue
+                ops["valid"] += 1
+                bandit.update(op, bandit.mean(op) if bandit.pulls.get(op) else 0.5)
+                out.append(proposal)
+                seen.add(source_hash(proposal.source))
+                break
+        return out
+
+    def _propose_one(self, op: str, parent: ParentView, other: ParentView | None, rng: random.Random,
+                     seen: set[str]) -> Proposal | None:
+        base = as_structure(parent.source, parent.candidate.params)
+        second = rules.read(other.source) if other is not None and other.source != parent.source else None
+        made = self._structures(op, base, second, parent, rng)
+        valid: list[tuple[str, str, str]] = []
+        for structure, note in made[: self.candidates]:
+            try:
+                source = rules.render(structure)
+            except rules.RuleError:
+                continue
+            if source_hash(source) in seen:
+                continue
+            self.stats.attempts += 1
+            if not check_program(source).ok:
+                continue
+            mark = behaviour(source, {}, self.smoke) if self.smoke else ""
+            if mark is None:
+                continue  # it does not run on the smoke episode
+            if mark in self.known:
+                self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0, "duplicates": 0})
+                self.stats.operators[op]["duplicates"] = self.stats.operators[op].get("duplicates", 0) + 1
+                continue
+            self.stats.valid += 1
+            valid.append((source, note, mark))
+        if not valid:
+            return None
+        source, note, mark = self._choose(valid)
+        if mark:
+            self.known.add(mark)
+        extra = (other.candidate.id,) if op == "crossover" and other is not None else ()
+        return Proposal(source, (parent.candidate.id, *extra), f"{PREFIX}{op}", f"{op}: {note}"[:400])
+
+    def _choose(self, valid: Sequence[tuple[str, str, str]]) -> tuple[str, str, str]:
+        """The candidate (source, note, fingerprint) to propose: without a screen the first (they come best first);
+        with one, the one whose zero-forward point the fewest screened points dominate (those of
+        earlier proposals included), then the most accurate, then the cheapest."""
+        if self.screen is None:
+            return valid[0]
+        points = [self.screen(source, {}) for source, _, _ in valid]
+        pool = self.points + [p for p in points if p is not None]
+
+        def rank(k: int) -> tuple[float, ...]:
+            p = points[k]
+            if p is None:
+                return (float("inf"), 0.0, 0.0, k)
+            beaten = sum(1 for q in pool if q[0] <= p[0] and q[1] >= p[1] and q != p)
+            return (float(beaten), -p[1], p[0], k)
+
+        best = min(range(len(valid)), key=rank)
+        self.points += [p for p in points if p is not None]
+        return valid[best]
+
+    # ------------------------------------------------------------------ operators
+
+    def _structures(self, op: str, base: dict[str, Any], second: dict[str, Any] | None, parent: ParentView,
+                    rng: random.Random) -> list[tuple[dict[str, Any], str]]:
+        if op == "grow":
+            return self._grow(base, parent, rng)
+        if op == "protect":
+            return self._protect(base, parent, rng)
+        if op == "crossover":
+            return _crossover(base, second, rng) if second is not None else []
+        if op == "prune":
+            return _prune(base, rng)
+        return [(_mutate(base, self._tools(), rng), "mutated a rule") for _ in range(self.candidates)]
+
+    def _tools(self) -> list[str]:
+        names: dict[str, float] = {}
+        for f in self.features:
+            for i, t in enumerate(f.tool):
+                if t and f.role[i] == "tool":
+                    names[t] = names.get(t, 0.0) + float(f.tokens[i])
+        return [t for t, _ in sorted(names.items(), key=lambda x: -x[1])]
+
+    def _parent_drops(self, parent: ParentView) -> list[dict[int, int]] | None:
+        if self.hindsight is None:
+            return None
+        run = run_program(parent.source, dict(parent.candidate.params), list(self.hindsight.episodes))
+        if not run.ok:
+            return None
+        return [drops_of(ep[-1].wire) if ep else {} for ep in run.decisions]
+
+    def _targets(self) -> list[dict[str, Any]]:
+        return [{"f": "role", "is": r} for r in ("tool", "assistant")] + [
+            {"f": "tool", "in": [t]} for t in self._tools()[:6]]
+
+    def _grow(self, base: dict[str, Any], parent: ParentView, rng: random.Random) -> list[tuple[dict[str, Any], str]]:
+        drops = self._parent_drops(parent)
+        out = []
+        k = len(base["rules"])
+        have = _tested(base)
+        for target in self._targets():
+            key = json.dumps(target, sort_keys=True)
+            for feature, op, values in NUMERIC_TESTS:
+                if (key, feature) in have:
+                    continue  # (a threshold the parent already has: Optuna's to tune, not a new rule)
+                for v in values:
+                    name = f"r{k}_{feature}"
+                    out.append(([target, {"f": feature, "op": op, "param": name}], {name: v}))
+            if (key, "superseded") not in have:
+                out.append(([target, {"f": "superseded"}], {}))
+            for v in (1, 2, 4):  # dropped once it is old, unless something later named it
+                for unless in ("mentions", "mentions2", "task_overlap"):
+                    a, b = f"r{k}_age_calls", f"r{k}_{unless}"
+                    out.append(([target, {"f": "age_calls", "op": ">=", "param": a},
+                                 {"f": unless, "op": "<", "param": b}], {a: v, b: 1}))
+        ranked: list[tuple[float, int, list[Any], dict[str, int]]] = []
+        for n, (conds, params) in enumerate(out):
+            if drops is None:
+                ranked.append((rng.random(), n, conds, params))
+                continue
+            saved, harm = drop_gain(self.features, self.hindsight, drops, {"all": conds},  # type: ignore[arg-type]
+                                    params)
+            if saved > 0:
+                ranked.append((-(saved / (1 + 4 * harm)), n, conds, params))
+        ranked.sort(key=lambda x: (x[0], x[1]))
+        made = []
+        for _, _, conds, params in ranked[: self.candidates]:
+            s = copy.deepcopy(base)
+            s["rules"].append({"action": "drop", "when": {"all": conds}})
+            s["defaults"] = {**s.get("defaults", {}), **params}
+            if len(s["rules"]) <= rules.MAX_RULES:
+                made.append((s, "added '" + _rule_words("drop", {"all": conds}) + "'"))
+        return made
+
+    def _protect(self, base: dict[str, Any], parent: ParentView,
+                 rng: random.Random) -> list[tuple[dict[str, Any], str]]:
+        drops = self._parent_drops(parent)
+        k = len(base["rules"])
+        options: list[tuple[list[Any], dict[str, int]]] = []
+        for target in [None, *self._targets()]:
+            for feature, op, values in KEEP_TESTS:
+                for v in values:
+                    name = f"r{k}_{feature}"
+                    test = {"f": feature, "op": op, "param": name}
+                    options.append(([test] if target is None else [target, test], {name: v}))
+        options.append(([{"f": "role", "is": "assistant"}], {}))
+        options.append(([{"f": "first_user"}], {}))
+        options.append(([{"f": "role", "is": "tool"}, {"not": {"f": "superseded"}}], {}))
+        ranked: list[tuple[float, int, list[Any], dict[str, int]]] = []
+        for n, (conds, params) in enumerate(options):
+            if drops is None:
+                ranked.append((rng.random(), n, conds, params))
+                continue
+            fixed, added = keep_gain(self.features, self.hindsight, drops,  # type: ignore[arg-type]
+                                     {"all": conds} if len(conds) > 1 else conds[0], params)
+            if fixed > 0:
+                ranked.append((-(fixed / (1.0 + added / 20000.0)), n, conds, params))
+        ranked.sort(key=lambda x: (x[0], x[1]))
+        made = []
+        for _, _, conds, params in ranked[: self.candidates]:
+            s = copy.deepcopy(base)
+            when = {"all": conds} if len(conds) > 1 else conds[0]
+            s["rules"].insert(0, {"action": "keep", "when": when})
+            s["defaults"] = {**s.get("defaults", {}), **params}
+            if len(s["rules"]) <= rules.MAX_RULES:
+                made.append((s, "added '" + _rule_words("keep", when) + "' first"))
+        return made
+
+
+def _rule_words(action: str, when: Mapping[str, Any]) -> str:
+    return rules.describe({"rules": [{"action": action, "when": when}]}).removesuffix("; else keep")
+
+
+def _tested(structure: Mapping[str, Any]) -> set[tuple[str, str]]:
+    """(target, feature) pairs the structure's conjunctions already test (a target: a role or tool test)."""
+    out = set()
+    for rule in structure["rules"]:
+        parts = rule["when"].get("all", [rule["when"]])
+        targets = [json.dumps(p, sort_keys=True) for p in parts if p.get("f") in ("role", "tool")]
+        for t in targets:
+            out |= {(t, str(p.get("f"))) for p in parts if p.get("f") not in ("role", "tool", None)}
+    return out
+
+
+def _crossover(base: dict[str, Any], other: dict[str, Any], rng: random.Random) -> list[tuple[dict[str, Any], str]]:
+    made = []
+    for k, rule in enumerate(other["rules"]):
+        s = copy.deepcopy(base)
+        taken = copy.deepcopy(rule)
+        names = rules.params_of({"rules": [taken]})
+        renamed = {}
+        for name in names:  # its thresholds keep the second parent's values under new names
+            fresh = f"x{len(s['rules'])}_{name}"
+            renamed[name] = fresh
+        for c in rules.conditions({"rules": [taken]}):
+            if "param" in c:
+                c["param"] = renamed[c["param"]]  # type: ignore[index]
+        s["rules"].insert(0 if rule["action"] == "keep" else len(s["rules"]), taken)
+        s["defaults"] = {**s.get("defaults", {}), **{renamed[n]: v for n, v in other.get("defaults", {}).items()
+                                                     if n in renamed}}
+        if len(s["rules"]) <= rules.MAX_RULES:
+            made.append((s, f"took rule {k} of the second parent"))
+    rng.shuffle(made)
+    return made
+
+
+def _prune(base: dict[str, Any], rng: random.Random) -> list[tuple[dict[str, Any], str]]:
+    made = []
+    if len(base["rules"]) > 1:
+        for k in range(len(base["rules"])):
+            s = copy.deepcopy(base)
+            del s["rules"][k]
+            made.append((s, f"removed rule {k}"))
+    for k, rule in enumerate(base["rules"]):
+        parts = rule["when"].get("all")
+        if parts and len(parts) > 1:
+            for j in range(len(parts)):
+                s = copy.deepcopy(base)
+                del s["rules"][k]["when"]["all"][j]
+                if len(s["rules"][k]["when"]["all"]) == 1:
+                    s["rules"][k]["when"] = s["rules"][k]["when"]["all"][0]
+                made.append((s, f"removed part {j} of rule {k}"))
+    rng.shuffle(made)
+    return made
+
+
+def _mutate(base: dict[str, Any], tools: Sequence[str], rng: random.Random) -> dict[str, Any]:
+    """One random edit of one condition node (module docstring)."""
+    s = copy.deepcopy(base)
+    nodes: list[Any] = list(rules.conditions(s))
+    node: dict[str, Any] = rng.choice(nodes)
+    f = node.get("f")
+    if f in rules.NUMERIC and rng.random() < 0.5:
+        node["op"] = "<" if node["op"] == ">=" else ">="
+    elif f in rules.NUMERIC:
+        old = node["param"]
+        feature = rng.choice(list(rules.NUMERIC))
+        node["f"], node["param"] = feature, f"m{rng.randrange(1000)}_{feature}"
+        s.setdefault("defaults", {}).pop(old, None)
+    elif f == "tool" and tools:
+        extra = rng.choice(list(tools))
+        node["in"] = sorted(set(node["in"]) ^ {extra}) or [extra]
+    elif f == "role":
+        node["is"] = rng.choice([r for r in rules.ROLES if r != node["is"]])
+    else:
+        inner = copy.deepcopy(node)
+        node.clear()
+        node["not"] = inner
+    return s

@@ -1,0 +1,74 @@
+"""A tiny search with the synthesis proposer, the tuning-only arm and the held-out headroom, end to end:
+the arm spends the generations' budget, its choice is a headline comparator, the headroom's numbers
+are the stored evaluations, the report and akv pool read them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rsi.archive import Archive, Status
+from rsi.cli import main
+from rsi.headline import read_headline, read_headroom
+from rsi.search import Search
+from rsi.store import EvalStore
+from tests.rsi.conftest import tiny_config
+
+CONFIG = {"proposer": {"kind": "synthesis", "per_generation": 2, "parents": 2, "candidates": 3},
+          "cascade": {"enabled": True, "trials": 6, "promote": 1}, "ablation": True,
+          "oracle": {"heldout": True, "budget": 2, "bound_budget": 1, "single_budget": 1}}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_plain):
+    run_dir = tmp_path_factory.mktemp("ablation") / "run"
+    Search(tiny_config(**CONFIG), run_dir, engine=tiny_plain, progress=False).run()
+    return run_dir
+
+
+def test_the_tuning_only_arm_spends_the_generations_budget_and_joins_the_headline(run):
+    ablation = json.loads((run / "ablation.json").read_text())
+    budget, spent = ablation["budget_train_evaluations"], ablation["spent_train_evaluations"]
+    assert budget > 0 and spent >= budget
+    arm = ablation["candidates"]
+    assert {c["proposer"] for c in arm} <= {"seed", "tuning-only"} and any(c["proposer"] == "tuning-only" for c in arm)
+    archive = Archive.load(run / "archive.json")
+    comparator = next(c for c in archive.candidates if c.label == "tuning-only")
+    assert comparator.expert and comparator.heldout is not None
+    assert all(c.proposer != "tuning-only" for c in archive.front())  # nothing of the arm is in the evolved front
+    assert "tuning-only" in [r.versus for r in read_headline(run) or []]
+    assert all(c.proposer.startswith(("seed", "synthesis:")) for c in archive.scored())
+
+
+def test_the_headroom_is_made_of_stored_model_evaluations(run):
+    h = read_headroom(run)
+    assert h is not None and h["tasks"] == 1
+    costs = h["costs_cents"]
+    assert costs["oracle"] <= costs["full"] * (1 + 1e-12) and costs["per_task_rolling"] <= costs["full"] * (1 + 1e-12)
+    rows = [r for r in EvalStore(run / "evaluations.jsonl").rows() if r["split"] == "heldout" and r["ok"]]
+    oracle_rows = [r for r in rows if r["policy"] == "oracle"]
+    assert oracle_rows and all(r["fidelity"] == "model" for r in oracle_rows)
+    detail = json.loads((run / "headroom.json").read_text())
+    assert detail["tasks"][0]["oracle"]["cost_cents"] == pytest.approx(costs["oracle"])
+    if h["share_captured"] is not None:
+        want = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["oracle"])
+        assert h["share_captured"] == pytest.approx(want)
+
+
+def test_duplicates_are_recorded_not_scored(run):
+    archive = Archive.load(run / "archive.json")
+    state = json.loads((run / "state.json").read_text())
+    dups = [c for c in archive.candidates if c.status is Status.DUPLICATE]
+    assert state.get("duplicates", 0) == len(dups)
+    assert all(c.train is None and "decides as program" in c.reason for c in dups)
+
+
+def test_the_report_and_the_pool_read_the_ablation(run, capsys):
+    html = (run / "report.html").read_text()
+    assert "Headroom (held-out)" in html and "Ablation: tuning only" in html and "hindsight oracle" in html
+    status = main(["pool", str(run), "--versus", "tuning-only", "--samples", "200"])
+    out = capsys.readouterr().out
+    assert status == 0 and "vs tuning-only" in out and "expert:full" not in out
+    assert main(["pool", str(run), "--versus", "nothing-like-this", "--samples", "200"]) == 2
+    assert "no comparison with 'nothing-like-this'" in capsys.readouterr().err
