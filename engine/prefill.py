@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.attention import attend
+from engine.attention import Block, attend_blocks, plan_blocks
 from engine.history import History
 from engine.models.lean import LeanModel
 from engine.rope import apply_rope
@@ -135,30 +135,19 @@ def batched_prefill(
         in_ext = _member(tokens, ext_idx)
         return np.where(in_ext, np.searchsorted(ext_idx, tokens), m + np.searchsorted(compute_idx, tokens))
 
-    plans = []
-    row = 0
-    for job in jobs:
-        cols = col_of(job.keys)
-        deltas = job.key_pos - compute_pos[job.keys]
-        q_pos = compute_pos[job.queries]
-        rot = {kind: _rotation(model, kind, deltas) for kind in model.ropes}
-        slide_lo = {w: int(np.searchsorted(job.key_pos, q_pos[0] - w, side="right"))
-                    for w in set(model.windows) if w is not None}
-        plans.append((slice(row, row + len(job.queries)), cols, deltas, q_pos, rot, slide_lo, job.key_pos))
-        row += len(job.queries)
+    starts = np.concatenate([[0], np.cumsum([len(j.queries) for j in jobs])[:-1]]).astype(int)
+    plans = [_plan_job(model, job, col_of(job.keys), compute_pos, int(r)) for job, r in zip(jobs, starts)]
 
     def attend_jobs(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         window = model.windows[layer]
         kind = model.layer_types[layer]
         src_k = torch.cat([ext_k[layer], k], dim=1) if m else k
         src_v = torch.cat([ext_v[layer], v], dim=1) if m else v
-        out = torch.empty_like(q)
-        for rows, cols, _deltas, q_pos, rot, slide_lo, key_pos in plans:
-            lo = slide_lo[window] if window is not None else 0
-            idx = torch.as_tensor(cols[lo:], device=q.device)
-            kj = src_k.index_select(1, idx)
-            vj = src_v.index_select(1, idx)
-            r = rot[kind]
+        out = torch.empty_like(q) if len(plans) > 1 else None
+        for p in plans:
+            lo = p.slide_lo[window] if window is not None else 0
+            kj, vj, shared = _columns(src_k, src_v, p.cols[lo:])
+            r = p.rot[kind]
             if r is not None:
                 sel, cos, sin = r
                 sel_lo = sel[sel >= lo] - lo
@@ -168,9 +157,14 @@ def batched_prefill(
                     if sel_lo.size == kj.shape[1]:
                         kj = apply_rope(kj, c, s)
                     else:
+                        kj = kj.clone() if shared else kj  # a view of the source: rotate a copy
                         t = torch.as_tensor(sel_lo, device=q.device)
                         kj[:, t] = apply_rope(kj[:, t], c, s)
-            out[:, rows] = attend(q[:, rows], kj, vj, q_pos, key_pos[lo:], model.scaling, window)
+            o = attend_blocks(q[:, p.rows], kj, vj, p.blocks[window], model.scaling)
+            if out is None:
+                return o
+            out[:, p.rows] = o
+        assert out is not None
         return out
 
     ids = token_ids[compute_idx]
@@ -178,6 +172,47 @@ def batched_prefill(
     assert all(compute_idx[r] == t for r, t in zip(rows, logit_tokens)), "logits asked of a token not computed"
     fwd = model.forward(ids, compute_pos[compute_idx], attend_jobs, logit_rows=rows or None, logits=logits)
     return PrefillResult(compute_idx, fwd.keys, fwd.values, fwd.logits, fwd.hidden, ext_idx, ext_k, ext_v)
+
+
+@dataclass(frozen=True)
+class _JobPlan:
+    """What attention needs of one job, worked out once per pass and used by every layer.
+
+    Attributes:
+        rows: the job's rows among the pass's queries.
+        cols: [K] columns of the job's keys in the key source (stored first, then this pass's).
+        rot: per RoPE kind, the keys whose view position differs from their compute position
+            (indices into ``cols``) with the cos/sin of the delta, or ``None``.
+        slide_lo: per sliding window, the first key inside the window of the job's first query.
+        blocks: per window (``None``: full attention), the attention blocks over ``cols[slide_lo:]``.
+    """
+
+    rows: slice
+    cols: np.ndarray
+    rot: dict[str, tuple[np.ndarray, torch.Tensor, torch.Tensor] | None]
+    slide_lo: dict[int, int]
+    blocks: dict[int | None, tuple[Block, ...]]
+
+
+def _plan_job(model: LeanModel, job: Job, cols: np.ndarray, compute_pos: np.ndarray, row: int) -> _JobPlan:
+    deltas = job.key_pos - compute_pos[job.keys]
+    q_pos = compute_pos[job.queries]
+    slide_lo = {w: int(np.searchsorted(job.key_pos, q_pos[0] - w, side="right"))
+                for w in set(model.windows) if w is not None}
+    blocks = {w: plan_blocks(q_pos, job.key_pos[slide_lo[w] if w is not None else 0:], w, model.dtype, model.device)
+              for w in set(model.windows)}
+    return _JobPlan(slice(row, row + len(job.queries)), cols,
+                    {kind: _rotation(model, kind, deltas) for kind in model.ropes}, slide_lo, blocks)
+
+
+def _columns(src_k: torch.Tensor, src_v: torch.Tensor, cols: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Keys and values [Hkv, K, D] of key-source columns ``cols``, and whether they are views of the
+    source (when the columns are one run) rather than gathered copies."""
+    if cols.size and int(cols[-1]) - int(cols[0]) + 1 == cols.size and bool(np.all(np.diff(cols) == 1)):
+        c0, c1 = int(cols[0]), int(cols[-1]) + 1
+        return src_k[:, c0:c1], src_v[:, c0:c1], True
+    idx = torch.as_tensor(cols, device=src_k.device)
+    return src_k.index_select(1, idx), src_v.index_select(1, idx), False
 
 
 def _rotation(model: LeanModel, kind: str, deltas: np.ndarray):
