@@ -62,6 +62,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """``sin`` [..., D] with its first half negated: the table :func:`apply_rope_rolled` takes."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def apply_rope_rolled(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """:func:`apply_rope` in fewer operations, bit for bit: ``rotate_half(x)`` is ``x`` rolled by
+    D/2 with its first half negated, and the sign is folded into the table (``signed_sin``);
+    ``(-a) * b`` and ``a * (-b)`` are the same float. ``cos``/``sin_signed`` broadcast against ``x``."""
+    rolled = torch.roll(x, x.shape[-1] // 2, dims=-1)
+    rolled.mul_(sin_signed)
+    return torch.mul(x, cos).add_(rolled)
+
+
 def rotate_keys(keys: torch.Tensor, rope: Rope, deltas: Any) -> torch.Tensor:
     """Move keys [..., T, D] computed at positions p to p + deltas [T]; values are never touched."""
     cos, sin = rope.delta_cos_sin(deltas, keys.dtype)

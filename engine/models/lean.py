@@ -1,10 +1,13 @@
 """A lean forward pass over a transformers causal LM's weights, with attention left to the caller.
 
 The engine needs to control exactly which keys each query sees and at which positions (drops,
-repositions, segment-batched restore), so it runs the decoder layers itself: norms and MLPs are
-the model's own modules (their semantics stay transformers'), the Q/K/V and gate/up projections
-are fused into one matmul each, RoPE uses float64 angles (``engine.rope``), and attention is a
-callback. Supported families: Llama-style (Llama, Qwen2, Qwen3, Mistral) and Gemma-3 text.
+repositions, segment-batched restore), so it runs the decoder layers itself, from the model's
+own weights and activation: the Q/K/V and gate/up projections are fused into one matmul each
+(weights concatenated once at load), each RMSNorm is one ``rms_norm`` call with transformers'
+semantics (float32 compute; Gemma's ``1 + weight`` folded into the weight once), the query and
+key heads share one QK-norm and one RoPE call, RoPE uses float64 angles (``engine.rope``), and
+attention is a callback. ``test_lean_forward_matches_transformers`` holds it to transformers'
+own forward. Supported families: Llama-style (Llama, Qwen2, Qwen3, Mistral) and Gemma-3 text.
 
 Not for: training, batching several requests' padding, or quantized weights.
 """
@@ -21,7 +24,7 @@ import torch.nn.functional as F
 
 from engine.errors import ModelLoadError
 from engine.models.head import GreedyHead
-from engine.rope import Rope, apply_rope, rope_for
+from engine.rope import Rope, apply_rope_rolled, rope_for, signed_sin
 
 AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 """(layer, q [Hq, T, D], k [Hkv, T, D], v [Hkv, T, D]) -> attention output [Hq, T, D]."""
@@ -62,6 +65,42 @@ class ForwardOut:
     values: torch.Tensor
     logits: torch.Tensor | None
     hidden: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class _Norm:
+    """An RMSNorm as one call: ``x * rsqrt(mean(x**2) + eps) * weight`` computed in float32 and
+    cast back (transformers' order), with ``weight`` the effective float32 scale (Gemma: 1 + w)."""
+
+    weight: torch.Tensor
+    eps: float
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        d = self.weight.shape[-1]
+        out = F.rms_norm(x.float(), (d,), None if self.weight.dim() > 1 else self.weight, self.eps)
+        if self.weight.dim() > 1:  # per-head scales [H, D] (joint QK-norm over [T, H, D])
+            out = out.mul_(self.weight)
+        return out.to(x.dtype)
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One decoder layer's weights in the form the forward uses (shared with the module where
+    not fused)."""
+
+    input_norm: _Norm
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    qk_norm: _Norm | None  # joint over the Hq + Hkv heads
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_attn_norm: _Norm | None  # Gemma: on the attention output
+    mlp_norm: _Norm
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    down_bias: torch.Tensor | None
+    post_mlp_norm: _Norm | None  # Gemma: on the MLP output
+    act: Callable[[torch.Tensor], torch.Tensor]
 
 
 class LeanModel:
@@ -114,14 +153,37 @@ class LeanModel:
 
     @torch.no_grad()
     def _fuse(self) -> None:
-        self.w_qkv, self.b_qkv, self.w_gu = [], [], []
+        offset = 1.0 if self.is_gemma else 0.0  # Gemma3RMSNorm scales by (1 + weight)
+
+        def norm(module: Any, heads: Sequence[int] = ()) -> _Norm:
+            eps = getattr(module, "variance_epsilon", None)
+            eps = float(eps if eps is not None else module.eps)
+            w = module.weight.detach().float() + offset
+            if heads:
+                w = torch.cat([w.expand(n, -1) for n in heads]).contiguous()
+            return _Norm(w, eps)
+
+        self._layers: list[_Layer] = []
         for layer in self.layers:
-            a = layer.self_attn
-            self.w_qkv.append(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).contiguous())
-            has_bias = a.q_proj.bias is not None
-            self.b_qkv.append(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]) if has_bias else None)
-            m = layer.mlp
-            self.w_gu.append(torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous())
+            a, m = layer.self_attn, layer.mlp
+            qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]).contiguous()
+            qkv_bias = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]) if a.q_proj.bias is not None else None
+            qk_norm = None
+            if self.qk_norm:
+                qn, kn = norm(a.q_norm, [self.n_heads]), norm(a.k_norm, [self.n_kv_heads])
+                if qn.eps != kn.eps:
+                    raise ModelLoadError("q_norm and k_norm with different eps are not supported",
+                                         field="model", value=self.name)
+                qk_norm = _Norm(torch.cat([qn.weight, kn.weight]), qn.eps)
+            gemma = self.is_gemma
+            self._layers.append(_Layer(
+                input_norm=norm(layer.input_layernorm), qkv=qkv, qkv_bias=qkv_bias,
+                qk_norm=qk_norm, o=a.o_proj.weight, o_bias=a.o_proj.bias,
+                post_attn_norm=norm(layer.post_attention_layernorm) if gemma else None,
+                mlp_norm=norm(layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm),
+                gate_up=torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(),
+                down=m.down_proj.weight, down_bias=m.down_proj.bias,
+                post_mlp_norm=norm(layer.post_feedforward_layernorm) if gemma else None, act=m.act_fn))
 
     @property
     def geometry(self) -> KVGeometry:
@@ -164,36 +226,31 @@ class LeanModel:
         """
         ids = torch.as_tensor(np.asarray(input_ids, dtype=np.int64), device=self.device)
         t = ids.shape[0]
-        n_q, n_kv, d = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.head_dim
-        cos_sin = {k: tuple(x.to(self.device) for x in r.cos_sin(positions, self.dtype))
-                   for k, r in self.ropes.items()}
-        keys = torch.empty(len(self.layers), self.n_kv_heads, t, d, dtype=self.dtype, device=self.device)
+        hq, hkv, d = self.n_heads, self.n_kv_heads, self.head_dim
+        n_qk = (hq + hkv) * d
+        tables = {}
+        for kind, r in self.ropes.items():
+            cos, sin = (x.to(self.device)[:, None] for x in r.cos_sin(positions, self.dtype))  # [T, 1, D]
+            tables[kind] = cos, signed_sin(sin)
+        keys = torch.empty(len(self.layers), hkv, t, d, dtype=self.dtype, device=self.device)
         values = torch.empty_like(keys)
         h = self.embed_tokens(ids)
-        for li, layer in enumerate(self.layers):
-            a = layer.self_attn
-            x = layer.input_layernorm(h)
-            qkv = F.linear(x, self.w_qkv[li], self.b_qkv[li])
-            q = qkv[:, :n_q].view(t, self.n_heads, d).transpose(0, 1)
-            k = qkv[:, n_q:n_q + n_kv].view(t, self.n_kv_heads, d).transpose(0, 1)
-            v = qkv[:, n_q + n_kv:].view(t, self.n_kv_heads, d).transpose(0, 1)
-            if self.qk_norm:
-                q, k = a.q_norm(q), a.k_norm(k)
-            cos, sin = cos_sin[self.layer_types[li]]
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        for li, w in enumerate(self._layers):
+            qkv = F.linear(w.input_norm(h), w.qkv, w.qkv_bias)
+            # Queries and keys as one [T, Hq + Hkv, D] block: one QK-norm and one RoPE call for both.
+            qk = qkv[:, :n_qk].view(t, hq + hkv, d)
+            if w.qk_norm is not None:
+                qk = w.qk_norm(qk)
+            qk = apply_rope_rolled(qk, *tables[self.layer_types[li]])
+            q, k = qk[:, :hq].transpose(0, 1), qk[:, hq:].transpose(0, 1)
+            v = qkv[:, n_qk:].view(t, hkv, d).transpose(0, 1)
             keys[li] = k
             values[li] = v
-            o = attend(li, q, k, v).transpose(0, 1).reshape(t, n_q)
-            o = a.o_proj(o)
-            if self.is_gemma:
-                o = layer.post_attention_layernorm(o)
-            h = h + o
-            m = layer.pre_feedforward_layernorm(h) if self.is_gemma else layer.post_attention_layernorm(h)
-            gate, up = F.linear(m, self.w_gu[li]).chunk(2, dim=-1)
-            m = layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-            if self.is_gemma:
-                m = layer.post_feedforward_layernorm(m)
-            h = h + m
+            o = F.linear(attend(li, q, k, v).transpose(0, 1).reshape(t, hq * d), w.o, w.o_bias)
+            h = h + (w.post_attn_norm(o) if w.post_attn_norm is not None else o)
+            gate, up = F.linear(w.mlp_norm(h), w.gate_up).chunk(2, dim=-1)
+            m = F.linear(w.act(gate).mul_(up), w.down, w.down_bias)
+            h.add_(w.post_mlp_norm(m) if w.post_mlp_norm is not None else m)
         out_logits = hidden = None
         if logit_rows is not None and len(logit_rows):
             rows = torch.as_tensor(np.asarray(logit_rows, dtype=np.int64), device=self.device)

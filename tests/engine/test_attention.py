@@ -8,11 +8,13 @@ same softmax in float32; only the summation order differs).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.attention import attend, attend_blocks, naive_attention, plan_blocks
+from engine.rope import apply_rope, apply_rope_rolled, signed_sin
 
 RTOL = 1e-5
 
@@ -74,3 +76,13 @@ def test_attend_is_the_planned_attention():
     for window in (None, 100):
         ref = naive_attention(q, k, v, pos, pos, 0.25, window)
         assert rel_err(attend(q, k, v, pos, pos, 0.25, window), ref) <= RTOL
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (3, 4, 6, 16), (7, 2, 64)])
+def test_rolled_rope_is_bit_identical(shape):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(*shape, generator=gen)
+    angles = torch.rand(shape[-2], shape[-1] // 2, generator=gen, dtype=torch.float64) * 100
+    emb = torch.cat((angles, angles), dim=-1)
+    cos, sin = emb.cos().float(), emb.sin().float()
+    assert torch.equal(apply_rope_rolled(x, cos, signed_sin(sin)), apply_rope(x, cos, sin))
