@@ -1,9 +1,16 @@
-"""Engine benchmarks: ``python -m bench.engine_speed [--model gemma-3-270m] [--only NAME ...]``.
+"""Engine benchmarks: ``python -m bench.engine_speed [--model gemma-3-270m] [--only NAME ...] [--peak]``.
 
-Prints tables and writes ``bench/results/engine-<name>.json``. Everything compared is measured in
-the same run on the same machine; timings on a shared machine are noisy, so each point is the
-median of ``--repeats`` runs and the ratios matter more than the absolute numbers.
+Prints tables and writes ``bench/results/engine-<name>.json`` with the machine it ran on (CPU
+model, the CPU flags that matter to matmul, torch threads), so that numbers from different
+machines are not compared as if equal. Everything compared is measured in the same run on the
+same machine, interleaved (ours, theirs, ours, ...), and each ratio is the median of the
+per-repeat ratios: timings on a shared machine are noisy, the ratios less so.
 
+- ``--peak``: this machine's sustained fp32 matmul throughput at the model's own GEMM shapes
+  (fused Q/K/V, O, fused gate/up, down; every layer's weights in turn, at 512 and 2,048 rows, at
+  torch's thread count) and its streaming read bandwidth; prefill is then also reported as a
+  share of that peak, beside the FLOPs counted by ``engine.models.flops`` (projections,
+  attention over the keys each query may see, the LM head for the last position only).
 - ``throughput``: prefill tokens/s at 512 / 2,048 / 4,096 tokens and decode tokens/s at those
   contexts, for this engine and for plain transformers (one-shot forward; ``generate`` with its
   own cache, decode time = generate(1 + n) - generate(1)).
@@ -17,19 +24,22 @@ median of ``--repeats`` runs and the ratios matter more than the absolute number
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from bench import RESULTS, write_result
 from engine.engine import Engine
 from engine.history import Drop, replay
+from engine.models.flops import DecoderShape, forward_flops
 from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
 
@@ -38,17 +48,6 @@ def _sync() -> None:
     """Wait for queued GPU work, so that wall-clock timings cover it (no-op on CPU)."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
-
-
-def _median_time(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        _sync()
-        t = time.perf_counter()
-        fn()
-        _sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def _random_ids(n: int, seed: int) -> list[int]:
@@ -64,9 +63,105 @@ def _no_store(tokens: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     raise AssertionError("nothing stored")
 
 
+def _interleaved(fns: Sequence[Callable[[], float]], repeats: int) -> list[list[float]]:
+    """Run each of ``fns`` (each returns a duration or a rate) ``repeats`` times, alternating the
+    order every repeat (a, b, b, a, ...), so that a burst of load on a shared machine falls on all
+    of them alike; returns the values per function."""
+    out: list[list[float]] = [[] for _ in fns]
+    for r in range(repeats):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            _sync()
+            out[i].append(fns[i]())
+    return out
+
+
+def _timed(fn: Callable[[], Any]) -> Callable[[], float]:
+    def run() -> float:
+        t = time.perf_counter()
+        fn()
+        _sync()
+        return time.perf_counter() - t
+    return run
+
+
+def _median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    return statistics.median(a / b for a, b in zip(num, den))
+
+
+def machine_info() -> dict[str, Any]:
+    """The CPU and torch set-up the numbers were measured on."""
+    info: dict[str, Any] = {"machine": platform.platform(), "torch": torch.__version__,
+                            "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                            "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                            "mkl": torch.backends.mkl.is_available(), "mkldnn": torch.backends.mkldnn.is_available()}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info | {"cpu_model": platform.processor() or "unknown", "cpu_flags": []}
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    wanted = ("fma", "f16c", "avx", "avx2", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+    return info | {"cpu_model": fields.get("model name", "unknown"), "cpu_mhz": fields.get("cpu MHz"),
+                   "cpu_flags": [f for f in wanted if f in flags]}
+
+
+def bench_peak(eng: Engine, repeats: int, rows: tuple[int, ...] = (512, 2048), seconds: float = 0.3) -> dict[str, Any]:
+    """Sustained fp32 GEMM GFLOP/s at the model's projection shapes, and streaming read GB/s.
+
+    Each shape runs over ``n_layers`` distinct weight matrices in turn (as a forward does), for
+    about ``seconds`` per measurement; the figure per row count is the projections of all layers
+    (total FLOPs / total time), the median of ``repeats`` measurements. ``peak_gflops`` is the best
+    of those: the rate the prefill's projections could reach on this machine.
+    """
+    shape = DecoderShape.from_config(eng.model.config)
+    dtype = eng.model.dtype
+    gen = torch.Generator().manual_seed(0)
+    weights = {name: [torch.randn(o, i, generator=gen, dtype=dtype) for _ in range(shape.n_layers)]
+               for name, (o, i) in shape.gemm_shapes().items()}
+    per_rows: dict[str, Any] = {}
+    for n in rows:
+        per_shape, total_flops, total_s = {}, 0, 0.0
+        for name, ws in weights.items():
+            x = torch.randn(n, ws[0].shape[1], generator=gen, dtype=dtype)
+            flops = 2 * n * ws[0].shape[0] * ws[0].shape[1] * len(ws)
+
+            def layers(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
+                for w in ws:
+                    F.linear(x, w)
+
+            layers()
+            one = _timed(layers)()
+            loops = max(1, int(seconds / max(one, 1e-6)))
+
+            def many(k: int = loops, f: Callable[[], None] = layers) -> None:
+                for _ in range(k):
+                    f()
+
+            times = [_timed(many)() / loops for _ in range(repeats)]
+            t = statistics.median(times)
+            per_shape[name] = flops / t / 1e9
+            total_flops += flops
+            total_s += t
+        per_rows[str(n)] = {"gflops": total_flops / total_s / 1e9, "per_shape_gflops": per_shape}
+        print(f"peak fp32 GEMM, {n} rows: {per_rows[str(n)]['gflops']:.1f} GFLOP/s  ("
+              + ", ".join(f"{k} {v:.0f}" for k, v in per_shape.items()) + ")", flush=True)
+    buf = torch.ones(128 * 2**20, dtype=torch.float32)  # 512 MiB, far beyond the caches
+    buf.sum()
+    read_s = statistics.median(_timed(buf.sum)() for _ in range(max(3, repeats)))
+    bandwidth = buf.numel() * 4 / read_s / 1e9
+    del buf
+    print(f"streaming read (torch sum over 512 MiB): {bandwidth:.1f} GB/s", flush=True)
+    return {"rows": per_rows, "peak_gflops": max(v["gflops"] for v in per_rows.values()),
+            "read_gb_s": bandwidth, "dtype": str(dtype)}
+
+
 def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512, 2048, 4096),
-                     new_tokens: int = 32) -> list[dict[str, Any]]:
+                     new_tokens: int = 32, peak_gflops: float | None = None) -> list[dict[str, Any]]:
     hf = eng.model.hf
+    shape = DecoderShape.from_config(eng.model.config)
     rows = []
     for n in contexts:
         ids = _random_ids(n, seed=n)
@@ -80,18 +175,18 @@ def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512
             with torch.no_grad():
                 hf(torch.tensor([ids], device=hf.device), logits_to_keep=1)
 
-        t_ours = _median_time(ours_prefill, repeats)
-        t_hf = _median_time(hf_prefill, repeats)
+        ours_prefill()
+        hf_prefill()
+        t_ours, t_hf = _interleaved([_timed(ours_prefill), _timed(hf_prefill)], repeats)
         # Decode: our engine from a cached prompt (only decode is timed); HF generate difference.
         msgs = [{"role": "user", "content": eng.tokenizer.decode(ids[: n - 8])}]
         warm = _fresh(eng)
         warm.chat(msgs, max_tokens=1)
-        dec = []
-        for _ in range(repeats):
-            r = warm.chat(msgs, max_tokens=new_tokens, temperature=0.0, stop=[])
-            if len(r.token_ids) > 1:
-                dec.append((len(r.token_ids) - 1) / r.timings.decode_s)
-        ours_dec = statistics.median(dec) if dec else float("nan")
+
+        def ours_decode(msgs: list[dict[str, Any]] = msgs, warm: Engine = warm) -> float:
+            r = warm.chat(msgs, max_tokens=new_tokens, temperature=0.0, stop=[], ignore_eos=True)
+            return (len(r.token_ids) - 1) / r.timings.decode_s
+
         inp = torch.tensor([ids], device=hf.device)
         kw = {"do_sample": False, "pad_token_id": 0, "eos_token_id": None}
 
@@ -99,18 +194,31 @@ def bench_throughput(eng: Engine, repeats: int, contexts: tuple[int, ...] = (512
             with torch.no_grad():
                 hf.generate(inp, max_new_tokens=k, min_new_tokens=k, **kw)
 
-        t1 = _median_time(lambda: gen(1), repeats)
-        tk = _median_time(lambda: gen(1 + new_tokens), repeats)
-        hf_dec = new_tokens / max(tk - t1, 1e-9)
-        rows.append({
+        def hf_decode() -> float:
+            t1, tk = _timed(lambda: gen(1))(), _timed(lambda: gen(1 + new_tokens))()
+            return new_tokens / max(tk - t1, 1e-9)
+
+        d_ours, d_hf = _interleaved([ours_decode, hf_decode], repeats)
+        flops = forward_flops(shape, n)
+        row: dict[str, Any] = {
             "context": n,
-            "prefill_tok_s_ours": n / t_ours, "prefill_tok_s_hf": n / t_hf,
-            "decode_tok_s_ours": ours_dec, "decode_tok_s_hf": hf_dec,
-            "decode_ratio": ours_dec / hf_dec,
-        })
-        r_ = rows[-1]
-        print(f"ctx {n:5d}  prefill ours {r_['prefill_tok_s_ours']:7.1f} tok/s  hf {r_['prefill_tok_s_hf']:7.1f}"
-              f"  | decode ours {ours_dec:6.2f} tok/s  hf {hf_dec:6.2f}  ratio {r_['decode_ratio']:.2f}x", flush=True)
+            "prefill_tok_s_ours": n / statistics.median(t_ours), "prefill_tok_s_hf": n / statistics.median(t_hf),
+            "prefill_ratio": _median_ratio(t_hf, t_ours),
+            "prefill_gflop_per_pass": flops.total / 1e9,
+            "prefill_gflop_parts": {"projections": flops.projections / 1e9, "attention": flops.attention / 1e9,
+                                    "lm_head_last_position": flops.lm_head / 1e9},
+            "prefill_gflops_ours": flops.total / statistics.median(t_ours) / 1e9,
+            "decode_tok_s_ours": statistics.median(d_ours), "decode_tok_s_hf": statistics.median(d_hf),
+            "decode_ratio": _median_ratio(d_ours, d_hf),
+        }
+        if peak_gflops:
+            row["prefill_share_of_peak"] = row["prefill_gflops_ours"] / peak_gflops
+        rows.append(row)
+        share = f"  ({row['prefill_share_of_peak']:.0%} of peak)" if peak_gflops else ""
+        print(f"ctx {n:5d}  prefill ours {row['prefill_tok_s_ours']:7.1f} tok/s  hf {row['prefill_tok_s_hf']:7.1f}"
+              f"  ratio {row['prefill_ratio']:.2f}x  {row['prefill_gflops_ours']:.1f} GFLOP/s{share}"
+              f"  | decode ours {row['decode_tok_s_ours']:6.2f} tok/s  hf {row['decode_tok_s_hf']:6.2f}"
+              f"  ratio {row['decode_ratio']:.2f}x", flush=True)
     return rows
 
 
@@ -210,14 +318,16 @@ def bench_restore(eng: Engine, repeats: int, n_tokens: int = 3000, n_drops: int 
         batched_prefill(eng.model, plain.token_ids, plain.compute_pos, history_jobs(plain, everything), _no_store,
                         [n_tokens - 1])
 
-    t_b = _median_time(batched, repeats)
-    t_r = _median_time(reference, max(1, repeats - 1))
-    t_p = _median_time(plain_prefill, repeats)
+    batched()
+    plain_prefill()
+    t_b, t_r, t_p = _interleaved([_timed(batched), _timed(reference), _timed(plain_prefill)], repeats)
     out = {"tokens": n_tokens, "drop_events": n_drops, "segments": len(hist.segments),
-           "seconds_batched": t_b, "seconds_reference": t_r, "seconds_plain_prefill": t_p,
-           "speedup_vs_reference": t_r / t_b, "ratio_to_plain_prefill": t_b / t_p}
-    print(f"restore {n_tokens} tokens / {n_drops} drops: batched {t_b:.2f}s  reference {t_r:.2f}s "
-          f"({t_r / t_b:.2f}x)  plain prefill {t_p:.2f}s (batched/plain {t_b / t_p:.2f}x)")
+           "seconds_batched": statistics.median(t_b), "seconds_reference": statistics.median(t_r),
+           "seconds_plain_prefill": statistics.median(t_p),
+           "speedup_vs_reference": _median_ratio(t_r, t_b), "ratio_to_plain_prefill": _median_ratio(t_b, t_p)}
+    print(f"restore {n_tokens} tokens / {n_drops} drops: batched {out['seconds_batched']:.2f}s  reference "
+          f"{out['seconds_reference']:.2f}s ({out['speedup_vs_reference']:.2f}x)  plain prefill "
+          f"{out['seconds_plain_prefill']:.2f}s (batched/plain {out['ratio_to_plain_prefill']:.2f}x)")
     return out
 
 
@@ -226,17 +336,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="gemma-3-270m")
     parser.add_argument("--only", nargs="*", default=["throughput", "sweep", "restore"])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peak", action="store_true", help="measure the fp32 matmul peak first")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     eng = Engine.from_pretrained(args.model)
-    report: dict[str, Any] = {"model": args.model, "torch_threads": torch.get_num_threads(),
-                              "machine": platform.platform(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    report: dict[str, Any] = {"model": args.model, **machine_info(), "repeats": args.repeats,
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": os.getloadavg()}
+    print(f"{report['cpu_model']}, {report['cpus']} CPUs, torch {report['torch']} with {report['torch_threads']} "
+          f"threads, flags: {' '.join(report['cpu_flags'])}", flush=True)
+    peak = None
+    if args.peak:
+        report["peak"] = bench_peak(eng, args.repeats)
+        peak = report["peak"]["peak_gflops"]
     if "throughput" in args.only:
-        report["throughput"] = bench_throughput(eng, args.repeats)
+        report["throughput"] = bench_throughput(eng, args.repeats, peak_gflops=peak)
     if "sweep" in args.only:
         report["sweep"] = bench_sweep(eng)
     if "restore" in args.only:
         report["restore"] = bench_restore(eng, args.repeats)
+    report["load_average_end"] = os.getloadavg()  # other processes on a shared machine skew the timings
     out = Path(args.out) if args.out else RESULTS / f"engine-{args.model.replace('/', '_')}.json"
     write_result(out, report)
     return 0

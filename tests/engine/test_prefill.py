@@ -1,5 +1,6 @@
 """Paths of the segment-batched prefill that the random histories of test_exactness reach only by
-chance: keys read as views of the key source (no gather) and rotated on the fly.
+chance: keys read as views of the key source (no gather) and rotated on the fly, and the FLOP
+count the benchmarks divide by.
 
 Tolerance: as test_exactness (``tests.conftest.tolerances``).
 """
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from engine import REPOSITION, Drop, replay
+from engine.models.flops import DecoderShape, forward_flops
 from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
 from tests.conftest import tolerances
@@ -52,3 +54,22 @@ def test_rotated_view_of_stored_keys_leaves_the_store_alone(name, request):
     ref = ReferenceExecutor(m).run(items)
     assert rel_err(part.logits[0], ref.last_logits) <= RTOL
     assert rel_err(part.logits[0], full.logits[0]) <= RTOL
+
+
+def test_flop_count_of_gemma_shapes():
+    cfg = type("Cfg", (), dict(hidden_size=640, intermediate_size=2048, num_hidden_layers=3, num_attention_heads=4,
+                               num_key_value_heads=1, head_dim=256, vocab_size=1000, sliding_window=4,
+                               layer_types=["sliding_attention", "sliding_attention", "full_attention"]))()
+    shape = DecoderShape.from_config(cfg)
+    assert shape.windows == (4, 4, None)
+    per_token = 2 * 3 * (640 * 1536 + 1024 * 640 + 3 * 640 * 2048)
+    f = forward_flops(shape, 10)
+    assert f.projections == 10 * per_token
+    assert f.lm_head == 2 * 640 * 1000  # the last position only
+    per_key = 4 * 4 * 256
+    seen = 2 * sum(min(p + 1, 4) for p in range(10)) + sum(p + 1 for p in range(10))
+    assert f.attention == per_key * seen
+    step = forward_flops(shape, 1, context=10)  # a decode step after 10 tokens
+    assert step.attention == per_key * (2 * 4 + 11)
+    with pytest.raises(ValueError):
+        forward_flops(shape, 0)
