@@ -87,6 +87,7 @@ class ProposerConfig:
         mutate_instructions: let the proposer's own instruction text evolve (recursive proposing).
         timeout_s: per LLM call.
         candidates: structures the synthesis proposer makes (and screens) per proposal.
+        inner: zero-forward edit steps the synthesis proposer chains per proposal (1: one operator).
     """
 
     kind: str = "mutation"
@@ -104,6 +105,7 @@ class ProposerConfig:
     mutate_instructions: bool = False
     timeout_s: float = 120.0
     candidates: int = 6
+    inner: int = 1
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,8 @@ class SearchConfig:
         checks = [
             (self.proposer.kind in PROPOSERS, "proposer.kind", self.proposer.kind, ", ".join(PROPOSERS)),
             (_count(self.proposer.candidates), "proposer.candidates", self.proposer.candidates, "an integer >= 1"),
+            (_count(self.proposer.inner) and self.proposer.inner <= 8, "proposer.inner", self.proposer.inner,
+             "an integer in [1, 8]"),
             (self.oracle.feedback in ORACLE_FEEDBACK, "oracle.feedback", self.oracle.feedback,
              " or ".join(ORACLE_FEEDBACK)),
             (isinstance(self.oracle.heldout, bool), "oracle.heldout", self.oracle.heldout, "true or false"),

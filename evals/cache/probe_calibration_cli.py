@@ -1,6 +1,7 @@
 """Command line of the probe calibration (:mod:`evals.cache.probe_calibration`).
 
     python -m evals.cache.probe_calibration_cli --split heldout --per-family 4 [--template plain] [--suite default]
+        [--index-range A:B]
 
 Prints the per-family table (log-likelihood multiple choice and greedy exact match, with the full
 cache and with each probe's evidence dropped) and writes ``bench/results/calibration-<split>.json``.
@@ -13,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from evals.cache.probes import LEAD_STYLES, ProbeFormat
 
@@ -23,6 +25,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--split", default="heldout", choices=("train", "heldout"))
     p.add_argument("--per-family", type=int, default=4, help="tasks per family, spread over the split")
     p.add_argument("--suite", default="default", help="registered suite name or path to a task set")
+    p.add_argument("--index-range", default=None, metavar="A:B",
+                   help="only each family's tasks A..B-1 (in suite order) are sampled from, e.g. held-out tasks "
+                        "allotted to calibration and to no search")
     p.add_argument("--model", default="gemma-3-270m")
     p.add_argument("--template", default="plain", help="chat template of the engine (plain, gemma)")
     p.add_argument("--lead-in", default=defaults.lead_in, choices=LEAD_STYLES)
@@ -34,6 +39,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def index_range(tasks: Sequence[Any], spec: str | None) -> list[Any]:
+    """Each family's tasks ``A`` to ``B - 1`` (in suite order) for ``spec`` ``"A:B"`` (all for ``None``).
+
+    Raises:
+        SystemExit: a malformed range (argparse's way of refusing a flag).
+    """
+    if spec is None:
+        return list(tasks)
+    a, sep, b = spec.partition(":")
+    if not sep or not a.isdigit() or not b.isdigit() or int(a) >= int(b):
+        raise SystemExit(f"--index-range must be A:B with 0 <= A < B, got {spec!r}")
+    seen: dict[str, int] = {}
+    out = []
+    for t in tasks:
+        k = seen[t.family] = seen.get(t.family, -1) + 1
+        if int(a) <= k < int(b):
+            out.append(t)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from engine import Engine
@@ -43,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     fmt = replace(ProbeFormat(), lead_in=args.lead_in, min_lead_chars=args.min_lead_chars,
                   ask_question=args.question)
-    tasks = sample_tasks(load_suite(args.suite, args.split), args.per_family)
+    tasks = sample_tasks(index_range(load_suite(args.suite, args.split), args.index_range), args.per_family)
     engine = Engine.from_pretrained(args.model, template=args.template, threads=args.threads)
     print(f"calibrating {args.model} ({args.template} template) on {len(tasks)} {args.split} tasks of {args.suite}; "
           f"probe format {fmt.as_dict()}", flush=True)

@@ -33,7 +33,7 @@ def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path,
     if kind == "synthesis":
         from rsi.proposers.synthesis import SynthesisProposer
 
-        return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known)
+        return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known, config.proposer.inner)
     if kind == "none":
         from rsi.proposers.tuning import TuningOnly
 

@@ -37,7 +37,10 @@ import copy
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+
+import optuna
 
 from rsi.archive import Archive
 from rsi.fingerprint import behaviour
@@ -45,10 +48,12 @@ from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
 from rsi.proposers.mutation import source_hash
-from search_spaces import Episode, check_program, run_program
+from search_spaces import Episode, check_program, run_program, suggest_params
 from search_spaces.cache import rules
 
 OPERATORS = ("grow", "protect", "mutate", "crossover", "prune")
+DRAWS = 3  # seeded draws of a candidate's space screened beside its defaults
+DRAW_SEED = 7
 PREFIX = "synthesis:"
 Screen = Callable[[str, Mapping[str, Any]], tuple[float, float] | None]
 """(program source, parameters) -> (cost, predicted pass) on the train tasks at zero forwards, or None."""
@@ -99,13 +104,14 @@ class SynthesisProposer(Proposer):
     operators: tuple[str, ...] = OPERATORS
 
     def __init__(self, smoke: Sequence[Episode], hindsight: Hindsight | None = None, screen: Screen | None = None,
-                 candidates: int = 6, known: set[str] | None = None) -> None:
+                 candidates: int = 6, known: set[str] | None = None, inner: int = 1) -> None:
         super().__init__()
         self.smoke = list(smoke)
         self.hindsight = hindsight
         self.features = [TaskFeatures(e) for e in hindsight.episodes] if hindsight is not None else []
         self.screen = screen
         self.candidates = candidates
+        self.inner = inner
         self.known: set[str] = known if known is not None else set()
         self.bandit: UCB1 | None = None
         self.points: list[tuple[float, float]] = []  # proxy points of screened programs (the screen's front)
@@ -123,21 +129,47 @@ class SynthesisProposer(Proposer):
                 op = bandit.choose()
                 parent = parents[rng.randrange(len(parents))]
                 other = parents[rng.randrange(len(parents))] if len(parents) > 1 else None
-                proposal = self._propose_one(op, parent, other, rng, seen)
+                made = self._propose_one(op, parent, other, rng, seen)
                 ops = self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0, "duplicates": 0})
                 ops["attempts"] += 1
-                if proposal is None:
+                if made is None:
                     bandit.update(op, 0.0)
                     continue
                 ops["valid"] += 1
                 bandit.update(op, bandit.mean(op) if bandit.pulls.get(op) else 0.5)
-                out.append(proposal)
-                seen.add(source_hash(proposal.source))
+                source, notes = self._chain(made, op, parent, rng, seen)
+                extra = (other.candidate.id,) if op == "crossover" and other is not None else ()
+                note = "; then ".join(notes)[:400]
+                out.append(Proposal(source, (parent.candidate.id, *extra), f"{PREFIX}{op}", note))
+                seen.add(source_hash(source))
                 break
         return out
 
+    def _chain(self, made: tuple[str, str, dict[str, Any]], op: str, parent: ParentView, rng: random.Random,
+               seen: set[str]) -> tuple[str, list[str]]:
+        """``inner - 1`` more zero-forward steps from what ``op`` made (grow, protect or prune, as the
+        hindsight suggests), each kept when its screened point is at least as good; returns the final
+        source and every step's note. Only the first operator is credited (its arm gets the reward)."""
+        source, note, params = made
+        notes = [f"{op}: {note}"]
+        point = self._best_point(source, params)[0] if self.screen is not None else None
+        for _ in range(self.inner - 1):
+            step = rng.choice(("grow", "protect", "prune"))
+            view = ParentView(replace(parent.candidate, params=params), source, {})
+            nxt = self._propose_one(step, view, None, rng, seen)
+            if nxt is None:
+                continue
+            new_point = self._best_point(nxt[0], nxt[2])[0] if self.screen is not None else None
+            if point is not None and new_point is not None and (new_point[1] < point[1] or (
+                    new_point[1] == point[1] and new_point[0] > point[0])):
+                continue  # the step made it worse at zero forwards
+            source, params, point = nxt[0], nxt[2], new_point
+            notes.append(f"{step}: {nxt[1]}")
+        return source, notes
+
     def _propose_one(self, op: str, parent: ParentView, other: ParentView | None, rng: random.Random,
-                     seen: set[str]) -> Proposal | None:
+                     seen: set[str]) -> tuple[str, str, dict[str, Any]] | None:
+        """(source, note, the best screened parameters) of ``op``'s chosen structure, or ``None``."""
         base = as_structure(parent.source, parent.candidate.params)
         second = rules.read(other.source) if other is not None and other.source != parent.source else None
         made = self._structures(op, base, second, parent, rng)
@@ -163,19 +195,38 @@ class SynthesisProposer(Proposer):
             valid.append((source, note, mark))
         if not valid:
             return None
-        source, note, mark = self._choose(valid)
+        source, note, mark, params = self._choose(valid)
         if mark:
             self.known.add(mark)
-        extra = (other.candidate.id,) if op == "crossover" and other is not None else ()
-        return Proposal(source, (parent.candidate.id, *extra), f"{PREFIX}{op}", f"{op}: {note}"[:400])
+        return source, note, params
 
-    def _choose(self, valid: Sequence[tuple[str, str, str]]) -> tuple[str, str, str]:
-        """The candidate (source, note, fingerprint) to propose: without a screen the first (they come best first);
-        with one, the one whose zero-forward point the fewest screened points dominate (those of
-        earlier proposals included), then the most accurate, then the cheapest."""
+    def _best_point(self, source: str, defaults: Mapping[str, Any]) -> tuple[tuple[float, float] | None,
+                                                                          dict[str, Any]]:
+        """The most accurate, then cheapest, zero-forward point of ``source`` over its defaults and
+        :data:`DRAWS` seeded draws of its space, and the parameters that gave it."""
+        assert self.screen is not None
+        tries: list[dict[str, Any]] = [dict(defaults)]
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=DRAW_SEED))
+        for _ in range(DRAWS):
+            drawn = suggest_params(source, study.ask())
+            if drawn.ok:
+                tries.append({**dict(defaults), **dict(drawn.params or {})})
+        best: tuple[tuple[float, float] | None, dict[str, Any]] = (None, dict(defaults))
+        for params in tries:
+            point = self.screen(source, params)
+            if point is not None and (best[0] is None or (point[1], -point[0]) > (best[0][1], -best[0][0])):
+                best = (point, params)
+        return best
+
+    def _choose(self, valid: Sequence[tuple[str, str, str]]) -> tuple[str, str, str, dict[str, Any]]:
+        """The candidate (source, note, fingerprint, its best screened parameters) to propose: without a
+        screen the first (they come best first); with one, the one whose best zero-forward point
+        (:meth:`_best_point`) the fewest screened points dominate (those of earlier proposals
+        included), then the most accurate, then the cheapest."""
         if self.screen is None:
-            return valid[0]
-        points = [self.screen(source, {}) for source, _, _ in valid]
+            return (*valid[0], {})
+        scored = [self._best_point(source, {}) for source, _, _ in valid]
+        points = [p for p, _ in scored]
         pool = self.points + [p for p in points if p is not None]
 
         def rank(k: int) -> tuple[float, ...]:
@@ -187,7 +238,7 @@ class SynthesisProposer(Proposer):
 
         best = min(range(len(valid)), key=rank)
         self.points += [p for p in points if p is not None]
-        return valid[best]
+        return (*valid[best], scored[best][1])
 
     # ------------------------------------------------------------------ operators
 

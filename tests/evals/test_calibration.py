@@ -67,3 +67,20 @@ def test_command_line(tmp_path, monkeypatch, capsys):
     assert code in (0, 1) and "full mc" in printed and "evidence-restated" in printed
     data = json.loads(out.read_text())
     assert data["split"] == "train" and data["suite"] == "smoke" and data["probe_format"] == ProbeFormat().as_dict()
+
+
+def test_index_range_keeps_each_familys_tasks_a_to_b():
+    import pytest
+
+    from evals.cache.probe_calibration_cli import index_range
+    from evals.tasks import Probe, Task
+
+    def task(fam: str, k: int) -> Task:
+        return Task(f"{fam}/{k}", ({"role": "user", "content": "x"},), (Probe(0, "q", "x"),), family=fam)
+
+    tasks = [task(f, k) for k in range(5) for f in ("a", "b")]
+    assert [t.id for t in index_range(tasks, "1:3")] == ["a/1", "b/1", "a/2", "b/2"]
+    assert index_range(tasks, None) == tasks
+    for bad in ("3:1", "x:2", "2", "-1:3"):
+        with pytest.raises(SystemExit, match="--index-range"):
+            index_range(tasks, bad)

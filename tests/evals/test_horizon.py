@@ -50,6 +50,19 @@ def gemma_counts(horizon):
     return {t.id: renderer.render(list(t.messages)).message_tokens for ts in horizon.values() for t in ts}
 
 
+def test_version_2_keeps_the_first_48_held_out_tasks_of_version_1(horizon):
+    from dataclasses import replace
+
+    from evals.tasks import select_tasks
+
+    v1 = generate_split(replace(get_suite_spec("horizon"), version=1, tasks_per_family={"train": 8, "heldout": 8}),
+                        "heldout")
+    for offset in range(0, 48, 8):  # what a config's heldout_tasks: 8 with heldout_offset 0..40 selects
+        old, new = select_tasks(v1, 8, offset), select_tasks(horizon["heldout"], 8, offset)
+        assert [(t.family, t.messages, t.probes) for t in old] == [(t.family, t.messages, t.probes) for t in new]
+    assert len({t.id for t in select_tasks(horizon["heldout"], 48, 48)}) == 48  # and 48 tasks v1 did not have
+
+
 def test_registered_and_versioned():
     spec = HORIZON_SUITES["horizon"]
     assert SUITES["horizon"] is spec and spec.version >= 1 and spec.evidence_style == "copyable"
@@ -59,8 +72,9 @@ def test_registered_and_versioned():
 
 
 def test_structure_rounds_and_lengths(horizon, gemma_counts):
-    for _split, tasks in horizon.items():
-        assert len(tasks) == 8 * len(HORIZON_FAMILIES)
+    spec = get_suite_spec("horizon")
+    for split, tasks in horizon.items():
+        assert len(tasks) == spec.tasks_per_family[split] * len(HORIZON_FAMILIES)
         for t in tasks:
             rounds = sum(1 for m in t.messages if m["role"] == "tool")
             assert rounds == t.meta["rounds"] and 30 <= rounds <= 80, (t.id, rounds)

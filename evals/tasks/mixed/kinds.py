@@ -20,7 +20,7 @@ parallel-tool-batch     batches of parallel status checks; the answer is the out
                         old batch, which the agent names in the next reasoning
 ======================= ===========================================================================
 
-Evidence sits in the oldest half of the rounds (15-55%), so keeping the last 12 tool responses
+Evidence sits in the older part of the rounds (15-60%), so keeping the last 12 tool responses
 misses it, while what a rule could use to keep it differs per kind (a later read of the same
 file, a mention by the agent, its own reasoning).
 """
@@ -483,18 +483,18 @@ def batch(b: MixedBuilder) -> list[ProbeSpec]:
     rng, w = b.rng, b.world
     instances = [w.instance() for _ in range(14)]
     probed = rng.sample(instances, 2)
-    spots = _spots(b, 2, 0.15, 0.5, gap=4)
     done: list[tuple[int, int, str, str]] = []
     free = [i for i in instances if i not in probed]
+    spots = _spots(b, 2, 0.25, 0.6, gap=4)
 
     def status(inst: str, latency: str) -> str:
         k = rng.randint(3, 8)
         ready = k - rng.randint(0, 1)
         if inst in probed:  # the probed line's wording is its own: its lead-in matches one place
             return f"Service {inst}: p99 latency {latency} ms, error rate {_pct(rng)}, {ready} of {k} pods ready."
-        return rng.choice([f"{inst} ok: p99={latency}ms errors={_pct(rng)} pods={ready}/{k}",
-                           f"status of {inst}: {ready}/{k} pods up, p99 {latency} ms, {_pct(rng)} errors",
-                           f"{inst}: latency p99 {latency} ms; error rate {_pct(rng)}; {ready} pods ready"])
+        return rng.choice([f"{inst} ok: tail={latency}ms errors={_pct(rng)} pods={ready}/{k}",
+                           f"status of {inst}: {ready}/{k} pods up, slowest requests {latency} ms, {_pct(rng)} errors",
+                           f"{inst}: worst 1% at {latency} ms; error rate {_pct(rng)}; {ready} pods ready"])
 
     def checks(batch_of: Sequence[str], special: dict[str, str]) -> list[Call]:
         return [Call("check_service", {"name": i}, status(i, special.get(i) or w.number("ms"))) for i in batch_of]
