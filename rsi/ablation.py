@@ -67,6 +67,7 @@ def run_tuning_arm(search: Search) -> ArmResult:
     budget = search.spent.get("generations", 0)
     arm = Archive([c for c in search.archive.candidates if c.generation == 0 and not c.expert])
     proposer = TuningOnly(cfg.seeds)
+    search.progress.replan(budget + len(search.heldout))  # (the plan of a search does not count the arm)
     rounds = 0
     with arm_archive(search, arm):
         while search.spent.get(ARM, 0) < budget and rounds < MAX_ROUNDS_FACTOR * max(1, cfg.generations):

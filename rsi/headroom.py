@@ -10,16 +10,18 @@ choice against it (the cheapest evolved candidate that matches it on train). The
     share of the headroom captured = (tuned seed cost - evolved cost) / (tuned seed cost - oracle cost)
 
 over the summed costs of the held-out tasks (``None`` when the oracle is not cheaper than the tuned
-seed). Every number is the model's; the costs are exact.
+seed). Every number is the model's; the costs are exact. ``oracle_check`` lists every stored held-out
+result of any policy in the run that passes each probe the full cache passes at less cost than the
+oracle (a schedule the oracle missed; the search's own store is the independent witness).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from evals.cache.evaluator import PolicySpec, TaskResult
+from evals.cache.evaluator import PolicySpec, TaskResult, result_from_row
 from evals.cache.headroom import measure_headroom
-from evals.cache.oracle import OracleConfig
+from evals.cache.oracle import OracleConfig, violations
 from evals.paired import PairingError, pair_results, paired_bootstrap
 from evals.tasks.schema import Task
 from rsi.ablation import ARM
@@ -65,6 +67,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         return search.evaluate(spec, [task])[0]
 
     o = cfg.oracle
+    search.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget))  # (at most; not in the plan)
     h = measure_headroom(tasks, judge, search._dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
                          bound_budget=o.bound_budget, single_budget=o.single_budget,
                          on_task=lambda t: search._say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
@@ -89,6 +92,11 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
     if "tuned_seed" in costs and "evolved" in costs and costs["tuned_seed"] > costs["oracle"]:
         share = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["oracle"])
     samples, bseed = cfg.bootstrap_samples, cfg.seed
+    # every stored held-out result of any policy that passes what the full cache passes at less cost than
+    # the oracle is a schedule the oracle missed (an independent check over the store)
+    ids = {t.id for t in tasks}
+    stored = [result_from_row(r) for r in search.store.rows() if r["task_id"] in ids and r["ok"]]
+    missed = violations([t.oracle for t in h.tasks], stored)
     summary = {
         "tasks": len(tasks), "costs_cents": costs, "pass_rates": passes, "share_captured": share,
         "tuned_seed": {"label": seed.label, "id": seed.id, "reason": seed.reason} if seed else None,
@@ -97,6 +105,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         "per_task_rolling_vs_single": h.gap(samples, bseed),
         "single_rolling_params": h.single.params,
         "model_evaluations": h.to_dict()["model_evaluations"],
+        "oracle_check": {"stored_results": len(stored), "cheaper_than_the_oracle": [v.__dict__ for v in missed]},
     }
     search.files.write(HEADROOM_FILE, {"summary": summary, **h.to_dict(samples, bseed)})
     if share is not None:

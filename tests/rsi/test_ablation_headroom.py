@@ -51,6 +51,8 @@ def test_the_headroom_is_made_of_stored_model_evaluations(run):
     assert oracle_rows and all(r["fidelity"] == "model" for r in oracle_rows)
     detail = json.loads((run / "headroom.json").read_text())
     assert detail["tasks"][0]["oracle"]["cost_cents"] == pytest.approx(costs["oracle"])
+    check = h["oracle_check"]
+    assert check["stored_results"] >= len(oracle_rows) and isinstance(check["cheaper_than_the_oracle"], list)
     if h["share_captured"] is not None:
         want = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["oracle"])
         assert h["share_captured"] == pytest.approx(want)
