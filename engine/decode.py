@@ -168,7 +168,9 @@ def step_caches(model: LeanModel, caches: list[DecodeCache], tokens: list[int], 
     """
     windows = [c.begin(p) for c, p in zip(caches, positions)]
 
-    def attend_rows(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend_rows(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    rows: np.ndarray | None) -> torch.Tensor:
+        assert rows is None, "every row's hidden state is requested"
         w = model.windows[layer]
         out = torch.empty_like(q)
         for b, cache in enumerate(caches):

@@ -138,7 +138,8 @@ def batched_prefill(
     starts = np.concatenate([[0], np.cumsum([len(j.queries) for j in jobs])[:-1]]).astype(int)
     plans = [_plan_job(model, job, col_of(job.keys), compute_pos, int(r)) for job, r in zip(jobs, starts)]
 
-    def attend_jobs(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend_jobs(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    rows: np.ndarray | None) -> torch.Tensor:
         window = model.windows[layer]
         kind = model.layer_types[layer]
         src_k = torch.cat([ext_k[layer], k], dim=1) if m else k
@@ -146,6 +147,15 @@ def batched_prefill(
         out = torch.empty_like(q) if len(plans) > 1 else None
         for p in plans:
             lo = p.slide_lo[window] if window is not None else 0
+            if rows is None:
+                dest, blocks = p.rows, p.blocks[window]
+            else:  # a subset of the queries (the last layer): the job's share of them, planned afresh
+                a, b = np.searchsorted(rows, [p.rows.start, p.rows.stop])
+                if a == b:
+                    continue
+                dest = slice(int(a), int(b))
+                blocks = plan_blocks(p.q_pos[rows[a:b] - p.rows.start], p.key_pos[lo:], window, model.dtype,
+                                     model.device)
             kj, vj, shared = _columns(src_k, src_v, p.cols[lo:])
             r = p.rot[kind]
             if r is not None:
@@ -160,10 +170,10 @@ def batched_prefill(
                         kj = kj.clone() if shared else kj  # a view of the source: rotate a copy
                         t = torch.as_tensor(sel_lo, device=q.device)
                         kj[:, t] = apply_rope(kj[:, t], c, s)
-            o = attend_blocks(q[:, p.rows], kj, vj, p.blocks[window], model.scaling)
+            o = attend_blocks(q[:, dest], kj, vj, blocks, model.scaling)
             if out is None:
                 return o
-            out[:, p.rows] = o
+            out[:, dest] = o
         assert out is not None
         return out
 
@@ -180,6 +190,7 @@ class _JobPlan:
 
     Attributes:
         rows: the job's rows among the pass's queries.
+        q_pos: [Q] their positions; key_pos: [K] the positions of its keys in its view.
         cols: [K] columns of the job's keys in the key source (stored first, then this pass's).
         rot: per RoPE kind, the keys whose view position differs from their compute position
             (indices into ``cols``) with the cos/sin of the delta, or ``None``.
@@ -188,6 +199,8 @@ class _JobPlan:
     """
 
     rows: slice
+    q_pos: np.ndarray
+    key_pos: np.ndarray
     cols: np.ndarray
     rot: dict[str, tuple[np.ndarray, torch.Tensor, torch.Tensor] | None]
     slide_lo: dict[int, int]
@@ -201,7 +214,7 @@ def _plan_job(model: LeanModel, job: Job, cols: np.ndarray, compute_pos: np.ndar
                 for w in set(model.windows) if w is not None}
     blocks = {w: plan_blocks(q_pos, job.key_pos[slide_lo[w] if w is not None else 0:], w, model.dtype, model.device)
               for w in set(model.windows)}
-    return _JobPlan(slice(row, row + len(job.queries)), cols,
+    return _JobPlan(slice(row, row + len(job.queries)), q_pos, job.key_pos, cols,
                     {kind: _rotation(model, kind, deltas) for kind in model.ropes}, slide_lo, blocks)
 
 

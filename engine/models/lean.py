@@ -26,8 +26,12 @@ from engine.errors import ModelLoadError
 from engine.models.head import GreedyHead
 from engine.rope import Rope, apply_rope_rolled, rope_for, signed_sin
 
-AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-"""(layer, q [Hq, T, D], k [Hkv, T, D], v [Hkv, T, D]) -> attention output [Hq, T, D]."""
+AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, "np.ndarray | None"], torch.Tensor]
+"""(layer, q [Hq, R, D], k [Hkv, T, D], v [Hkv, T, D], rows) -> attention output [Hq, R, D].
+
+``rows`` says which of the call's T tokens the R queries belong to (ascending), or is ``None``
+when they are all T in order. Only the last layer is ever asked for fewer rows: past its K/V,
+it is computed only for the rows whose hidden states were requested."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,8 @@ class LeanModel:
             positions: [T] position ids (RoPE for queries and for the returned keys).
             attend: computes attention per layer from this call's q/k/v (it decides which other
                 keys each query sees).
-            logit_rows: indices into [0, T) whose hidden states (and logits) to return.
+            logit_rows: indices into [0, T) whose hidden states (and logits) to return; the last
+                layer runs attention and MLP for these rows only (every row's K/V is returned).
             logits: compute the logits of those rows (False: hidden states only, e.g. for
                 :meth:`greedy`, which avoids most of the LM head).
 
@@ -235,6 +240,9 @@ class LeanModel:
         keys = torch.empty(len(self.layers), hkv, t, d, dtype=self.dtype, device=self.device)
         values = torch.empty_like(keys)
         h = self.embed_tokens(ids)
+        # The last layer's K/V is needed for every token, its output only for the requested rows.
+        want = np.unique(np.asarray(logit_rows if logit_rows is not None else [], dtype=np.int64))
+        last_rows = None if want.size == t else want
         for li, w in enumerate(self._layers):
             qkv = F.linear(w.input_norm(h), w.qkv, w.qkv_bias)
             # Queries and keys as one [T, Hq + Hkv, D] block: one QK-norm and one RoPE call for both.
@@ -246,15 +254,24 @@ class LeanModel:
             v = qkv[:, n_qk:].view(t, hkv, d).transpose(0, 1)
             keys[li] = k
             values[li] = v
-            o = F.linear(attend(li, q, k, v).transpose(0, 1).reshape(t, hq * d), w.o, w.o_bias)
+            rows = None
+            if li == len(self._layers) - 1 and last_rows is not None:
+                if last_rows.size == 0:
+                    break  # no hidden state asked for: the K/V above is all this pass must return
+                rows = last_rows
+                sel = torch.as_tensor(rows, device=self.device)
+                q, h = q.index_select(1, sel), h.index_select(0, sel)
+            n_rows = q.shape[1]
+            o = F.linear(attend(li, q, k, v, rows).transpose(0, 1).reshape(n_rows, hq * d), w.o, w.o_bias)
             h = h + (w.post_attn_norm(o) if w.post_attn_norm is not None else o)
             gate, up = F.linear(w.mlp_norm(h), w.gate_up).chunk(2, dim=-1)
             m = F.linear(w.act(gate).mul_(up), w.down, w.down_bias)
             h.add_(w.post_mlp_norm(m) if w.post_mlp_norm is not None else m)
         out_logits = hidden = None
-        if logit_rows is not None and len(logit_rows):
-            rows = torch.as_tensor(np.asarray(logit_rows, dtype=np.int64), device=self.device)
-            hidden = h.index_select(0, rows)
+        if want.size:
+            assert logit_rows is not None
+            at = np.searchsorted(want, np.asarray(logit_rows, dtype=np.int64)) if last_rows is not None else logit_rows
+            hidden = h.index_select(0, torch.as_tensor(np.asarray(at, dtype=np.int64), device=self.device))
             out_logits = self.logits(hidden) if logits else None
         return ForwardOut(keys, values, out_logits, hidden)
 

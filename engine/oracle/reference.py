@@ -73,11 +73,13 @@ class ReferenceExecutor:
             run_pos = np.arange(next_pos, next_pos + t, dtype=np.int64)
             ctx = np.flatnonzero(alive[:count])
 
-            def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            def attend(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       rows: np.ndarray | None) -> torch.Tensor:
                 all_k = torch.cat([keys[layer][:, ctx], k], dim=1)
                 all_v = torch.cat([values[layer][:, ctx], v], dim=1)
                 k_pos = np.concatenate([pos[ctx], run_pos])
-                return naive_attention(q, all_k, all_v, run_pos, k_pos, m.scaling, m.windows[layer])
+                q_pos = run_pos if rows is None else run_pos[rows]
+                return naive_attention(q, all_k, all_v, q_pos, k_pos, m.scaling, m.windows[layer])
 
             out = m.forward(run, run_pos, attend, logit_rows=[t - 1])
             keys[:, :, count:count + t] = out.keys

@@ -28,13 +28,18 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
 
 
+def _causal(m, pos):
+    """Plain causal attention of one run over itself (the forward may ask for a subset of rows)."""
+    return lambda li, q, k, v, rows: attend(q, k, v, pos if rows is None else pos[rows], pos, m.scaling, m.windows[li])
+
+
 @pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
 def test_lean_forward_matches_transformers(name, request):
     eng = request.getfixturevalue(name)
     m = eng.model
     ids = torch.randint(10, 5000, (48,), generator=torch.Generator().manual_seed(1))
     pos = np.arange(48)
-    out = m.forward(ids.numpy(), pos, lambda li, q, k, v: attend(q, k, v, pos, pos, m.scaling, m.windows[li]),
+    out = m.forward(ids.numpy(), pos, _causal(m, pos),
                     logit_rows=np.arange(48))
     with torch.no_grad():
         ref = m.hf(ids[None].to(m.device)).logits[0].float()
@@ -46,7 +51,7 @@ def test_lean_forward_matches_transformers_on_gemma(gemma):
     m = gemma.model
     ids = torch.randint(10, 50_000, (700,), generator=torch.Generator().manual_seed(2))  # past the 512 window
     pos = np.arange(700)
-    out = m.forward(ids.numpy(), pos, lambda li, q, k, v: attend(q, k, v, pos, pos, m.scaling, m.windows[li]),
+    out = m.forward(ids.numpy(), pos, _causal(m, pos),
                     logit_rows=[0, 350, 699])
     with torch.no_grad():
         ref = m.hf(ids[None].to(m.device)).logits[0, [0, 350, 699]].float()

@@ -1,6 +1,6 @@
 """Paths of the segment-batched prefill that the random histories of test_exactness reach only by
-chance: keys read as views of the key source (no gather) and rotated on the fly, and the FLOP
-count the benchmarks divide by.
+chance: keys read as views of the key source (no gather) and rotated on the fly; the last layer
+computed for the requested rows only; and the FLOP count the benchmarks divide by.
 
 Tolerance: as test_exactness (``tests.conftest.tolerances``).
 """
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from engine import REPOSITION, Drop, replay
+from engine.attention import attend
 from engine.models.flops import DecoderShape, forward_flops
 from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
@@ -54,6 +55,26 @@ def test_rotated_view_of_stored_keys_leaves_the_store_alone(name, request):
     ref = ReferenceExecutor(m).run(items)
     assert rel_err(part.logits[0], ref.last_logits) <= RTOL
     assert rel_err(part.logits[0], full.logits[0]) <= RTOL
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+def test_last_layer_runs_for_the_requested_rows_only(name, request):
+    """Asking for some rows (in any order) or none changes no K/V and no requested hidden state."""
+    m = request.getfixturevalue(name).model
+    ids = torch.randint(10, 5000, (40,), generator=torch.Generator().manual_seed(8)).numpy()
+    pos = np.arange(40)
+
+    def causal(li, q, k, v, rows):
+        return attend(q, k, v, pos if rows is None else pos[rows], pos, m.scaling, m.windows[li])
+
+    every = m.forward(ids, pos, causal, logit_rows=np.arange(40))
+    some = m.forward(ids, pos, causal, logit_rows=[31, 3, 39, 3])
+    none = m.forward(ids, pos, causal)
+    for out in (some, none):
+        assert torch.equal(out.keys, every.keys) and torch.equal(out.values, every.values)
+    assert none.hidden is None and none.logits is None
+    assert rel_err(some.hidden, every.hidden[[31, 3, 39, 3]]) <= RTOL
+    assert rel_err(some.logits, every.logits[[31, 3, 39, 3]]) <= RTOL
 
 
 def test_flop_count_of_gemma_shapes():
