@@ -73,6 +73,15 @@ class UCB1:
                 best = arm
         return best
 
+    def pulled(self, arm: str, ok: bool, counts: dict[str, dict[str, int]]) -> None:
+        """Record one attempt of ``arm`` within a proposer's call: a failed one as a pull with reward 0,
+        a valid one at the arm's current mean (0.5 for a new arm), so one generation spreads over the
+        promising arms; ``counts[arm]`` keeps its attempts and valid ones (``ProposerStats.operators``)."""
+        row = counts.setdefault(arm, {"attempts": 0, "valid": 0})
+        row["attempts"] += 1
+        row["valid"] += ok
+        self.update(arm, (self.mean(arm) if self.pulls.get(arm) else 0.5) if ok else 0.0)
+
     def table(self) -> list[dict[str, float | int | str]]:
         """Per arm: pulls, mean reward and current score (for reports)."""
         return [{"arm": a, "pulls": self.pulls.get(a, 0), "mean_reward": self.mean(a), "score": self.score(a)}

@@ -242,12 +242,7 @@ class LLMProposer(Proposer):
                 source, note, problem = self._ask(parent, archive, variant, rng)
             except BudgetExhausted:
                 break
-            counts = self.stats.operators.setdefault(variant, {"attempts": 0, "valid": 0})
-            counts["attempts"] += 1
-            counts["valid"] += problem is None
-            # within a generation, a refused proposal counts as a zero; a valid one as the arm's mean so far
-            bandit.update(variant, 0.0 if problem is not None else (bandit.mean(variant) if bandit.pulls.get(variant)
-                                                                    else 0.5))
+            bandit.pulled(variant, problem is None, self.stats.operators)
             if source_hash(source) in seen:
                 continue
             seen.add(source_hash(source))

@@ -182,13 +182,9 @@ class MutationProposer(Proposer):
                     bandit.update(op, 0.0)
                     continue
                 proposal = self._try(parent, other, op, rng, seen)
-                ops = self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0})
-                ops["attempts"] += 1
+                bandit.pulled(op, proposal is not None, self.stats.operators)
                 if proposal is None:
-                    bandit.update(op, 0.0)
                     continue
-                ops["valid"] += 1
-                bandit.update(op, bandit.mean(op) if bandit.pulls.get(op) else 0.5)
                 out.append(proposal)
                 seen.add(source_hash(proposal.source))
                 break

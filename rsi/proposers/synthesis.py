@@ -130,13 +130,10 @@ class SynthesisProposer(Proposer):
                 parent = parents[rng.randrange(len(parents))]
                 other = parents[rng.randrange(len(parents))] if len(parents) > 1 else None
                 made = self._propose_one(op, parent, other, rng, seen)
-                ops = self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0, "duplicates": 0})
-                ops["attempts"] += 1
+                self.stats.operators.setdefault(op, {"attempts": 0, "valid": 0, "duplicates": 0})
+                bandit.pulled(op, made is not None, self.stats.operators)
                 if made is None:
-                    bandit.update(op, 0.0)
                     continue
-                ops["valid"] += 1
-                bandit.update(op, bandit.mean(op) if bandit.pulls.get(op) else 0.5)
                 source, notes = self._chain(made, op, parent, rng, seen)
                 extra = (other.candidate.id,) if op == "crossover" and other is not None else ()
                 note = "; then ".join(notes)[:400]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,13 +223,19 @@ def default_of(structure: Mapping[str, Any], name: str, feature: str) -> int:
     return round((low * high) ** 0.5) if log else (low + high) // 2
 
 
-def _code(c: Mapping[str, Any]) -> str:
+def _say(c: Mapping[str, Any], leaf: Callable[[Mapping[str, Any]], str], both: str, either: str,
+         negate: str) -> str:
+    """``c`` written out: its leaves by ``leaf``, joined by ``both`` / ``either``, negated by ``negate``."""
     if "all" in c:
-        return "(" + " and ".join(_code(x) for x in c["all"]) + ")"
+        return "(" + both.join(_say(x, leaf, both, either, negate) for x in c["all"]) + ")"
     if "any" in c:
-        return "(" + " or ".join(_code(x) for x in c["any"]) + ")"
+        return "(" + either.join(_say(x, leaf, both, either, negate) for x in c["any"]) + ")"
     if "not" in c:
-        return "(not " + _code(c["not"]) + ")"
+        return "(" + negate + _say(c["not"], leaf, both, either, negate) + ")"
+    return leaf(c)
+
+
+def _code_leaf(c: Mapping[str, Any]) -> str:
     f = c["f"]
     if f in NUMERIC:
         return f"({NUMERIC[f].code} {c['op']} params[{c['param']!r}])"
@@ -240,13 +246,7 @@ def _code(c: Mapping[str, Any]) -> str:
     return f"({FLAGS[f][0]})"
 
 
-def _words(c: Mapping[str, Any]) -> str:
-    if "all" in c:
-        return " and ".join(_words(x) for x in c["all"])
-    if "any" in c:
-        return "(" + " or ".join(_words(x) for x in c["any"]) + ")"
-    if "not" in c:
-        return "not " + _words(c["not"])
+def _word_leaf(c: Mapping[str, Any]) -> str:
     f = c["f"]
     if f in NUMERIC:
         return f"{f} {c['op']} {c['param']}"
@@ -255,6 +255,15 @@ def _words(c: Mapping[str, Any]) -> str:
     if f == "tool":
         return "from " + "/".join(c["in"])
     return f
+
+
+def _code(c: Mapping[str, Any]) -> str:
+    return _say(c, _code_leaf, " and ", " or ", "not ")
+
+
+def _words(c: Mapping[str, Any]) -> str:
+    text = _say(c, _word_leaf, " and ", " or ", "not ")
+    return text[1:-1] if text.startswith("(") and text.endswith(")") and "all" in c else text
 
 
 def describe(structure: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ Not for: the ``default`` and ``horizon`` suites (``evals.tasks.world`` serves th
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from evals.tasks.pools import SPLITS, alternate
 
@@ -92,21 +92,25 @@ class MixedWorld:
 
     def host(self) -> str:
         prefix = self.rng.choice(alternate(HOST_PREFIXES, self.split))
-        for _ in range(100):
-            host = f"{prefix}-{self.rng.randint(11, 99)}"
-            if host not in self._used:
-                self._used.add(host)
-                return host
-        raise RuntimeError("no unused host left")  # pragma: no cover
+        return self._fresh(lambda: f"{prefix}-{self.rng.randint(11, 99)}", "host")
 
     def instance(self) -> str:
         """A service instance such as ``ledger-07`` (an entity policies can see: letters, dash, digits)."""
+        return self._fresh(lambda: f"{self.rng.choice(alternate(SERVICES, self.split))}-{self.rng.randint(10, 99):02d}",
+                           "instance")
+
+    def _fresh(self, draw: Callable[[], str], what: str) -> str:
+        """A value of ``draw`` not handed out before in this task.
+
+        Raises:
+            RuntimeError: 200 draws in a row were taken (a kind asking for far more than it should).
+        """
         for _ in range(200):
-            name = f"{self.rng.choice(alternate(SERVICES, self.split))}-{self.rng.randint(10, 99):02d}"
-            if name not in self._used:
-                self._used.add(name)
-                return name
-        raise RuntimeError("no unused instance left")  # pragma: no cover
+            value = draw()
+            if value not in self._used:
+                self._used.add(value)
+                return value
+        raise RuntimeError(f"no unused {what} left in this task")
 
     def candidates(self, answer: str, unit: str, before: Sequence[str], n: int = 6) -> tuple[str, ...]:
         """``answer`` and up to ``n - 1`` other printed values of ``unit`` found in ``before`` (the text
