@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from engine.models.lean import LeanModel
 from engine.rope import rotate_keys
@@ -70,9 +69,11 @@ class DecodeCache:
         slot = self.n
         self.k[layer][:, slot] = k
         self.v[layer][:, slot] = v
+        # One query per head: two batched matrix-vector products over the cache slice, read in place
+        # (scaled_dot_product_attention's generic path would first write a scaled copy of the keys).
         qg = q.reshape(m.n_kv_heads, m.n_heads // m.n_kv_heads, q.shape[-1])
-        o = F.scaled_dot_product_attention(qg, self.k[layer][:, lo:slot + 1], self.v[layer][:, lo:slot + 1],
-                                           scale=m.scaling)
+        scores = torch.bmm(qg, self.k[layer][:, lo:slot + 1].transpose(1, 2)).mul_(m.scaling)
+        o = torch.bmm(torch.softmax(scores, dim=-1), self.v[layer][:, lo:slot + 1])
         return o.reshape(m.n_heads, q.shape[-1])
 
     def commit(self) -> None:
