@@ -28,18 +28,34 @@ class Status(enum.StrEnum):
     DUPLICATE = "duplicate"  # behaves as a program the search already has (its behaviour fingerprint): not evaluated
 
 
+class Scores(Protocol):
+    """What a track's metrics give its candidate records: a row to write and whether they are ok."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+M = TypeVar("M", bound=Scores)
+
+
 @dataclass(frozen=True)
-class Candidate:
-    """One entry of the archive.
+class Record(Generic[M]):
+    """One entry of an archive, of either track; ``train`` and ``heldout`` are the track's metrics
+    (``rsi.metrics.Metrics`` for the cache track, ``rsi.survival.archive.SimScore`` for survival),
+    read back with the subclass's :meth:`_metrics`.
 
     Attributes:
         id: short hash of (program, params).
-        program: the program's source hash (sources live in ``programs/<sha>.py``).
+        program: the program's source hash (sources live in ``programs/<sha>.py``), or the family
+            name for a built-in family.
         label: a readable name (``seed:rolling_drop``, ``g2-p1``, ``expert:standard``...).
         params: the tuned parameters.
         generation: when it was made (0 = seeds and experts).
         parents: ids of the candidates whose programs the proposer read.
-        proposer: what made it (``seed``, ``mutation:<op>``, ``llm``, ``expert``).
+        proposer: what made it (``seed``, ``mutation:<op>``, ``synthesis:<op>``, ``llm:<variant>``,
+            ``tuning-only``, ``expert``).
         train, heldout: metrics, ``None`` until evaluated.
         status, reason: ``ok``, or why it has no score.
         expert: a reference policy, not an evolved one.
@@ -53,12 +69,46 @@ class Candidate:
     generation: int
     parents: tuple[str, ...] = ()
     proposer: str = "seed"
-    train: Metrics | None = None
-    heldout: Metrics | None = None
+    train: M | None = None
+    heldout: M | None = None
     status: Status = Status.OK
     reason: str = ""
     expert: bool = False
     spec: str = "program"
+
+    @classmethod
+    def _metrics(cls, d: dict[str, Any]) -> M:
+        raise NotImplementedError
+
+    @property
+    def point(self) -> tuple[float, float]:
+        """The train point in ``rsi.pareto``'s orientation (first coordinate down, second up)."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "program": self.program, "label": self.label, "params": self.params,
+            "generation": self.generation, "parents": list(self.parents), "proposer": self.proposer,
+            "train": self.train.to_dict() if self.train else None,
+            "heldout": self.heldout.to_dict() if self.heldout else None,
+            "status": self.status.value, "reason": self.reason, "expert": self.expert, "spec": self.spec,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        return cls(d["id"], d["program"], d["label"], dict(d["params"]), int(d["generation"]), tuple(d["parents"]),
+                   d["proposer"], cls._metrics(d["train"]) if d["train"] else None,
+                   cls._metrics(d["heldout"]) if d["heldout"] else None, Status(d["status"]), d["reason"],
+                   bool(d["expert"]), d.get("spec", "program"))
+
+
+@dataclass(frozen=True)
+class Candidate(Record[Metrics]):
+    """A cache-track entry (:class:`Record` with ``Metrics``: cost and pass rate)."""
+
+    @classmethod
+    def _metrics(cls, d: dict[str, Any]) -> Metrics:
+        return Metrics.from_dict(d)
 
     @property
     def shown(self) -> Metrics:
@@ -72,52 +122,12 @@ class Candidate:
         assert self.train is not None
         return (self.train.cost_cents_mean, self.train.pass_rate)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "program": self.program, "label": self.label, "params": self.params,
-            "generation": self.generation, "parents": list(self.parents), "proposer": self.proposer,
-            "train": self.train.to_dict() if self.train else None,
-            "heldout": self.heldout.to_dict() if self.heldout else None,
-            "status": self.status.value, "reason": self.reason, "expert": self.expert, "spec": self.spec,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Candidate:
-        return cls(d["id"], d["program"], d["label"], d["params"], d["generation"], tuple(d["parents"]),
-                   d["proposer"], Metrics.from_dict(d["train"]) if d["train"] else None,
-                   Metrics.from_dict(d["heldout"]) if d["heldout"] else None, Status(d["status"]), d["reason"],
-                   d["expert"], d.get("spec", "program"))
-
 
 def candidate_id(program: str, params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([program, params], sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-class Archivable(Protocol):
-    """What an archive keeps: a candidate of either track (``Candidate``, ``SurvivalCandidate``)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def status(self) -> Status: ...
-
-    @property
-    def expert(self) -> bool: ...
-
-    @property
-    def parents(self) -> tuple[str, ...]: ...
-
-    @property
-    def train(self) -> Any: ...
-
-    @property
-    def point(self) -> tuple[float, float]: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-C = TypeVar("C", bound=Archivable)
+C = TypeVar("C", bound="Record[Any]")
 
 
 @dataclass
@@ -156,7 +166,7 @@ class CandidateArchive(Generic[C]):
         raise KeyError(cid)
 
     def with_heldout(self, cid: str, heldout: Any) -> None:
-        self.update(replace(self.get(cid), heldout=heldout))  # type: ignore[type-var]
+        self.update(replace(self.get(cid), heldout=heldout))
 
     def scored(self, experts: bool = False) -> list[C]:
         return [c for c in self.candidates if c.status is Status.OK and c.train is not None and c.train.ok

@@ -1,4 +1,5 @@
-"""The evaluation store: every (policy, params, task, model, engine, eval config) result, once.
+"""The evaluation store: every (policy, params, task, model, engine, eval config) result, once; the
+survival track's simulations are kept the same way (:class:`RowStore` over its own row type).
 
 Results are appended to ``evaluations.jsonl`` in the run directory and flushed to disk before
 :meth:`EvalStore.put` returns, so a search killed at any point loses nothing it finished and a
@@ -30,7 +31,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from evals.cache.evaluator import TaskResult, result_from_row
 
@@ -101,29 +102,44 @@ def _lines(numbers: tuple[int, ...], limit: int = 20) -> str:
     return shown + (f", ... ({len(numbers) - limit} more)" if len(numbers) > limit else "")
 
 
-def _parse(line: bytes) -> tuple[str, dict[str, Any], bool] | None:
-    """(key, row, verified) of one line, or None when it is corrupt."""
-    try:
-        rec = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(rec, dict) or not isinstance(rec.get("key"), str) or not isinstance(rec.get("row"), dict):
-        return None
-    verified = "sha256" in rec
-    if verified and rec["sha256"] != record_digest(rec["key"], rec["row"]):
-        return None
-    try:
-        result_from_row(rec["row"])
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-    return rec["key"], rec["row"], verified
+R = TypeVar("R")
 
 
-class EvalStore:
-    """Append-only, fsync'ed, checksummed map from evaluation key to :class:`TaskResult`.
+class RowStore(Generic[R]):
+    """Append-only, fsync'ed, checksummed map from key to a row of type ``R`` (module docstring),
+    the store of both tracks: a subclass says how a row is written (:meth:`encode`, a JSON object)
+    and read (:meth:`decode`, which raises ``KeyError``, ``TypeError``, ``ValueError`` or
+    ``AttributeError`` for a row it cannot read: that record is corrupt).
 
-    ``listeners`` are called with the key of every newly stored result (after it is on disk).
+    ``listeners`` are called with the key of every newly stored row (after it is on disk).
     """
+
+    LEGACY_ROW: str | None = None  # an older format's name for "row" (its records load unverified)
+
+    def encode(self, row: R) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decode(self, row: dict[str, Any]) -> R:
+        raise NotImplementedError
+
+    def _parse(self, line: bytes) -> tuple[str, dict[str, Any], bool] | None:
+        """(key, row, verified) of one line, or None when it is corrupt."""
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if isinstance(rec, dict) and self.LEGACY_ROW and "row" not in rec and self.LEGACY_ROW in rec:
+            rec = {"key": rec.get("key"), "row": rec[self.LEGACY_ROW]}
+        if not isinstance(rec, dict) or not isinstance(rec.get("key"), str) or not isinstance(rec.get("row"), dict):
+            return None
+        verified = "sha256" in rec
+        if verified and rec["sha256"] != record_digest(rec["key"], rec["row"]):
+            return None
+        try:
+            self.decode(rec["row"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return rec["key"], rec["row"], verified
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -150,7 +166,7 @@ class EvalStore:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            parsed = _parse(line)
+            parsed = self._parse(line)
             if parsed is None:
                 corrupt.append(number)
                 continue
@@ -171,17 +187,17 @@ class EvalStore:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def get(self, key: str) -> TaskResult | None:
+    def get(self, key: str) -> R | None:
         row = self._rows.get(key)
-        return result_from_row(row) if row is not None else None
+        return self.decode(row) if row is not None else None
 
-    def put(self, key: str, result: TaskResult) -> bool:
+    def put(self, key: str, result: R) -> bool:
         """Store ``result`` under ``key``; returns False (and keeps the first) if it was stored before."""
         with self._lock:
             if key in self._rows:
                 return False
             # The row as it will read back (JSON types), so the checksum verifies after a reload.
-            row = json.loads(json.dumps(result.to_row()))
+            row = json.loads(json.dumps(self.encode(result), default=str))
             line = json.dumps({"key": key, "row": row, "sha256": record_digest(key, row)}) + "\n"
             with open(self.path, "ab") as fh:
                 if self._cut_at is not None:
@@ -199,3 +215,13 @@ class EvalStore:
 
     def rows(self) -> list[dict[str, Any]]:
         return list(self._rows.values())
+
+
+class EvalStore(RowStore[TaskResult]):
+    """The cache track's store: evaluation key -> :class:`TaskResult` (its ``to_row`` form)."""
+
+    def encode(self, row: TaskResult) -> dict[str, Any]:
+        return row.to_row()
+
+    def decode(self, row: dict[str, Any]) -> TaskResult:
+        return result_from_row(row)

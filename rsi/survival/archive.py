@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from evals.paired import MIN_TASKS, PairingError
-from rsi.archive import CandidateArchive, Status, candidate_id
+from rsi.archive import CandidateArchive, Record, candidate_id
 from rsi.pareto import hypervolume
 
 TTFT = "resume_ttft_p95_s"
@@ -84,26 +84,16 @@ def score_of(runs: Sequence[Mapping[str, Any]]) -> SimScore:
 
 
 @dataclass(frozen=True)
-class SurvivalCandidate:
-    """One archive entry (fields as ``rsi.archive.Candidate``; ``train``/``heldout`` are :class:`SimScore`).
+class SurvivalCandidate(Record[SimScore]):
+    """A survival-track entry (``rsi.archive.Record`` with :class:`SimScore` as its metrics).
 
     ``program``: the program's source hash (``programs/<sha>.py``), or the family name for an expert
     (a built-in family tuned with the same trial budget); ``spec``: ``program`` or the family name.
     """
 
-    id: str
-    program: str
-    label: str
-    params: dict[str, Any]
-    generation: int
-    parents: tuple[str, ...] = ()
-    proposer: str = "seed"
-    train: SimScore | None = None
-    heldout: SimScore | None = None
-    status: Status = Status.OK
-    reason: str = ""
-    expert: bool = False
-    spec: str = "program"
+    @classmethod
+    def _metrics(cls, d: dict[str, Any]) -> SimScore:
+        return SimScore.from_dict(d)
 
     @property
     def point(self) -> tuple[float, float]:
@@ -116,20 +106,6 @@ class SurvivalCandidate:
         """How "the best" is chosen on train: lowest p95 resume TTFT, then fewest recompute tokens."""
         assert self.train is not None
         return (self.train.resume_ttft_p95_s, self.train.recompute_tokens, self.label, self.id)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "program": self.program, "label": self.label, "params": self.params,
-                "generation": self.generation, "parents": list(self.parents), "proposer": self.proposer,
-                "train": self.train.to_dict() if self.train else None,
-                "heldout": self.heldout.to_dict() if self.heldout else None,
-                "status": self.status.value, "reason": self.reason, "expert": self.expert, "spec": self.spec}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SurvivalCandidate:
-        return cls(d["id"], d["program"], d["label"], dict(d["params"]), int(d["generation"]), tuple(d["parents"]),
-                   d["proposer"], SimScore.from_dict(d["train"]) if d["train"] else None,
-                   SimScore.from_dict(d["heldout"]) if d["heldout"] else None, Status(d["status"]), d["reason"],
-                   bool(d["expert"]), d.get("spec", "program"))
 
 
 @dataclass

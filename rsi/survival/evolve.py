@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +55,7 @@ from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from rsi.rundir import RunDir, RunDirError, read_json, write_json
+from rsi.store import RowStore
 from rsi.survival.archive import (
     RECOMPUTE,
     TTFT,
@@ -112,30 +112,24 @@ class CallBudget:
 # ---------------------------------------------------------------------------------------------- store
 
 
-class SimStore:
-    """Every simulation of the run, one fsync'ed JSON line each (key -> metrics); a torn last line is ignored."""
+class SimStore(RowStore[dict[str, Any]]):
+    """Every simulation of the run (key -> metrics) in ``rsi.store``'s checksummed, fsync'ed JSON lines;
+    records of the older form (``{"key", "metrics"}``, no checksum) load unverified. ``simulated``
+    counts the simulations this process ran."""
+
+    LEGACY_ROW = "metrics"
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.rows: dict[str, dict[str, Any]] = {}
-        if path.exists():
-            for i, line in enumerate(path.read_text().splitlines()):
-                try:
-                    row = json.loads(line)
-                    self.rows[row["key"]] = row["metrics"]
-                except (json.JSONDecodeError, KeyError, TypeError) as err:
-                    log.warning("%s:%d: skipped an unreadable line (%s)", path, i + 1, err)
+        super().__init__(path)
         self.simulated = 0
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        return self.rows.get(key)
+    def encode(self, row: dict[str, Any]) -> dict[str, Any]:
+        return dict(row)
 
-    def put(self, key: str, metrics: dict[str, Any]) -> None:
-        self.rows[key] = metrics
-        with open(self.path, "a") as fh:
-            fh.write(json.dumps({"key": key, "metrics": metrics}, sort_keys=True, default=str) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+    def decode(self, row: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(row, dict):
+            raise TypeError("a simulation row is an object")
+        return row
 
 
 def policy_key(spec: str, program: str, params: Mapping[str, Any]) -> str:
@@ -361,7 +355,7 @@ class SurvivalEvolution:
         seconds = time.perf_counter() - t0
         write_json(self.run_dir / "state.json", {"status": status.lower(), "seconds": seconds,
                                                  "simulations_this_run": self.store.simulated,
-                                                 "simulations_stored": len(self.store.rows), "pruned": self.pruned})
+                                                 "simulations_stored": len(self.store), "pruned": self.pruned})
         return EvolveResult(self.run_dir, self.archive, headline, seconds, self.store.simulated, self.pruned)
 
     def _baselines(self) -> None:

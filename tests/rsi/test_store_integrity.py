@@ -139,3 +139,18 @@ def test_hostile_lines(tmp_path):
     store = EvalStore(path)
     assert store.check.corrupt_lines == tuple(range(2, 2 + len(hostile)))
     assert len(store) == 1 and store.check.torn_tail is None
+
+
+def test_the_survival_store_is_the_same_store_and_reads_its_older_lines(tmp_path):
+    from rsi.survival.evolve import SimStore
+
+    path = tmp_path / "evaluations.jsonl"
+    path.write_text('{"key": "old", "metrics": {"ok": true, "resume_ttft_p95_s": 0.5}}\n'
+                    '{"key": "bad", "metrics": 3}\n')
+    store = SimStore(path)
+    assert store.get("old") == {"ok": True, "resume_ttft_p95_s": 0.5}
+    assert store.check.unverified_lines == (1,) and store.check.corrupt_lines == (2,)
+    store.put("new", {"ok": False, "error": "x"})
+    again = SimStore(path)
+    assert again.get("new") == {"ok": False, "error": "x"} and again.get("old") is not None and len(again) == 2
+    assert again.check.unverified_lines == (1,)  # the new record carries its checksum
