@@ -16,24 +16,19 @@ against it over held-out tasks, and ``akv pool`` pools those rows across runs.
 
 from __future__ import annotations
 
-import random
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsi.archive import Archive, Candidate
 from rsi.headline import TrainMatch, choose_on_train, heldout_targets
+from rsi.loop import ARM, run_arm
 from rsi.metrics import aggregate
-from rsi.proposers.tuning import PROPOSER, TuningOnly
+from search_spaces import seed_source
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from rsi.search import Search
 
-ARM = PROPOSER
 ABLATION_FILE = "ablation.json"
-MAX_ROUNDS_FACTOR = 4  # the arm stops after this many times the search's generations, budget spent or not
 
 
 @dataclass(frozen=True)
@@ -50,33 +45,13 @@ class ArmResult:
                 "rounds": self.rounds, "choice": self.choice.to_dict() if self.choice else None}
 
 
-@contextmanager
-def arm_archive(search: Search, archive: Archive) -> Iterator[None]:
-    """``search`` tuning into ``archive`` (its reference front for pruning included) while inside."""
-    saved = search.archive
-    search.archive = archive
-    try:
-        yield
-    finally:
-        search.archive = saved
-
-
 def run_tuning_arm(search: Search) -> ArmResult:
     """Run the arm on ``search`` (module docstring); writes ``ablation.json``."""
     cfg = search.config
     budget = search.spent.get("generations", 0)
     arm = Archive([c for c in search.archive.candidates if c.generation == 0 and not c.expert])
-    proposer = TuningOnly(cfg.seeds)
     search.progress.replan(budget + len(search.heldout))  # (the plan of a search does not count the arm)
-    rounds = 0
-    with arm_archive(search, arm):
-        while search.spent.get(ARM, 0) < budget and rounds < MAX_ROUNDS_FACTOR * max(1, cfg.generations):
-            rounds += 1
-            rng = random.Random(f"{cfg.seed}-tuning-{rounds}")
-            for i, p in enumerate(proposer.propose([], arm, cfg.proposer.per_generation, rng, set())):
-                search._tune(p.source, f"t{rounds}-p{i}", rounds, (), ARM, p.note)
-                if search.spent.get(ARM, 0) >= budget:
-                    break
+    rounds = run_arm(search, cfg.seeds, seed_source, arm, budget, lambda: search.spent.get(ARM, 0))
     spent = search.spent.get(ARM, 0)
     search._say(f"tuning-only arm: {spent} train evaluations in {rounds} rounds (the generations spent {budget})")
     full = next((c for c in search.archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from rsi.executors.base import EvalRequest, Executor
 from rsi.expert_tuning import TUNED, tunable, tune_expert
 from rsi.fingerprint import behaviour
 from rsi.headline import TrainMatch, build_headline, heldout_targets, write_headline
+from rsi.loop import admit, generation
 from rsi.metrics import aggregate
 from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.progress import SearchProgress, plan_evaluations
@@ -49,7 +49,7 @@ from rsi.rundir import RunDir, RunDirError, read_json
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
 from rsi.tuning import Screen, TuneResult, make_storage, tune
-from search_spaces import Episode, check_program, run_program, seed_source
+from search_spaces import Episode, run_program, seed_source
 
 log = logging.getLogger("akv.search")
 parse_expert = PolicySpec.parse  # (the expert notation belongs to evals; kept here for callers of rsi.search)
@@ -274,7 +274,7 @@ class Search:
             proposer = self.proposer(self.smoke[:1])
             self.phase = "generations"
             for g in range(1, cfg.generations + 1):
-                self._generation(g, proposer)
+                generation(self, g, proposer)
             if cfg.ablation:
                 from rsi.ablation import run_tuning_arm
 
@@ -474,13 +474,13 @@ class Search:
 
     def _generation_zero(self) -> None:
         for name in self.config.seeds:
-            self._tune(seed_source(name), f"seed:{name}", 0, (), "seed")
+            self.tune_program(seed_source(name), f"seed:{name}", 0, (), "seed")
         if self.config.seed_from:
             imported = self._imported_front(Path(self.config.seed_from))
             self.progress.replan(len(imported) * self.plan.per_program)
             for c in imported:
-                self._tune(c[1], f"import:{c[0]}", 0, (), "import")
-        self._close_generation(0)
+                self.tune_program(c[1], f"import:{c[0]}", 0, (), "import")
+        self.close_generation(0)
 
     def _imported_front(self, other: Path) -> list[tuple[str, str]]:
         """(label, source) of an earlier search's evolved front (recursive seeding)."""
@@ -494,50 +494,50 @@ class Search:
                 out.append((row["label"], (other / "programs" / f"{row['program']}.py").read_text()))
         return out
 
-    def _generation(self, g: int, proposer: Proposer) -> None:
-        rng = random.Random(f"{self.config.seed}-{g}")
-        parents = self._parents()
-        proposals = self._proposals(g, parents, proposer, rng)
-        self.progress.replan((len(proposals) - self.config.proposer.per_generation) * self.plan.per_program)
-        self._say(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents "
-                  f"(proposer validity {proposer.stats.validity_rate:.2f})")
-        for i, p in enumerate(proposals):
-            self._tune(p.source, f"g{g}-p{i}", g, p.parents, p.proposer, p.note)
-        self._close_generation(g)
+    # ------------------------------------------------------------------ the Track of rsi.loop
 
-    def _parents(self) -> list[ParentView]:
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def per_generation(self) -> int:
+        return self.config.proposer.per_generation
+
+    @property
+    def generations(self) -> int:
+        return self.config.generations
+
+    def parents(self) -> list[ParentView]:
         # The front, then diversity niches' elites (rsi.niches), then the best by pass rate.
         chosen = choose_parents(self.archive, self.niches, self.config.proposer.parents)
         return [ParentView(c, self._source(c.program), self.feedback(c)) for c in chosen]
 
-    def _proposals(self, g: int, parents: list[ParentView], proposer: Proposer, rng: random.Random) -> list[Proposal]:
-        saved = self.files.proposals_of(g)
-        if saved is not None:  # resume: the proposals of this generation were made before
-            return [Proposal.from_row(p) for p in saved]
-        self.seen |= {c.program for c in self.archive.candidates}
-        proposals = proposer.propose(parents, self.archive, self.config.proposer.per_generation, rng, self.seen)
-        self.files.save_proposals(g, [p.to_row() for p in proposals])
-        self.files.write("proposer_stats.json", proposer.stats.to_dict())
-        return proposals
+    def proposed(self, proposals: Sequence[Proposal], proposer: Proposer) -> None:
+        self.progress.replan((len(proposals) - self.config.proposer.per_generation) * self.plan.per_program)
+        self._say(f"generation {len(self.archive.hv_history)}: {len(proposals)} proposals "
+                  f"(proposer validity {proposer.stats.validity_rate:.2f})")
 
-    def _tune(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str, note: str = "") -> None:
+    def refused(self, sha: str, label: str, g: int, parents: tuple[str, ...], proposer: str, reason: str,
+                source: str) -> None:
+        c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.REFUSED,
+                      reason=reason)
+        self.archive.add(c)
+        self.tracker.candidate(c, source, [])
+        self._say(f"  {label:14s} refused: {reason}")
+
+    def tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
+                     note: str = "") -> None:
         with self.progress.unit(self.plan.per_program):
             self._tune_program(source, label, g, parents, proposer, note)
 
     def _tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
                       note: str) -> None:
-        sha = source_hash(source)
-        known = any(c.program == sha for c in self.archive.candidates)  # tuned before: tuning it again is allowed
-        self.seen.add(sha)
-        self.files.save_program(sha, source)
-        check = check_program(source)
-        if not check.ok:
-            c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.REFUSED,
-                          reason=check.reason)
-            self.archive.add(c)
-            self.tracker.candidate(c, source, [])
-            self._say(f"  {label:14s} refused: {check.reason}")
+        known = any(c.program == source_hash(source) for c in self.archive.candidates)  # tuning again: allowed
+        admitted = admit(self, source, label, g, parents, proposer)
+        if admitted is None:
             return
+        sha, _ = admitted
         twin = self._behaves_as(sha, source)
         if twin is not None and not known:
             c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=Status.DUPLICATE,
@@ -595,7 +595,7 @@ class Search:
             return None
         return twin
 
-    def _close_generation(self, g: int) -> None:
+    def close_generation(self, g: int) -> None:
         front = self.archive.front()
         with self.progress.unit(self.plan.per_heldout_close):
             match = TrainMatch(self._train_results, self.config.bootstrap_samples, self.config.seed)

@@ -9,7 +9,7 @@ ablation of every other proposer: the same loop, the same budget, no structure.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rsi.archive import Archive
 from rsi.proposers.base import ParentView, Proposal, Proposer
@@ -22,16 +22,19 @@ class TuningOnly(Proposer):
     """Proposes the seed programs again (module docstring).
 
     Args:
-        seeds: names of the seed programs (``search_spaces.cache.seeds``).
+        seeds: names of the seed programs.
+        source: a seed's program source by name (the cache track's seeds by default; the survival
+            track gives ``search_spaces.survival.survival_seed_source``).
     """
 
     name = "none"
 
-    def __init__(self, seeds: Sequence[str]) -> None:
+    def __init__(self, seeds: Sequence[str], source: Callable[[str], str] = seed_source) -> None:
         super().__init__()
         if not seeds:
             raise ValueError("the tuning-only proposer needs at least one seed program")
         self.seeds = list(seeds)
+        self.source = source
         self.turn = 0
 
     def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
@@ -42,5 +45,5 @@ class TuningOnly(Proposer):
             self.turn += 1
             self.stats.attempts += 1
             self.stats.valid += 1
-            out.append(Proposal(seed_source(name), (), PROPOSER, f"seed {name} tuned again in a new study"))
+            out.append(Proposal(self.source(name), (), PROPOSER, f"seed {name} tuned again in a new study"))
         return out

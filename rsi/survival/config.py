@@ -66,16 +66,19 @@ class EvolveConfig:
     bootstrap_samples: int = 2000
     tracking: bool = True
     llm: ProposerConfig | None = None  # proposer.kind: llm (None: the mutation proposer)
+    ablation: bool = False  # the tuning-only arm after the generations (rsi.loop.run_arm), a headline comparator
 
     def to_dict(self) -> dict[str, Any]:
         d = json.loads(json.dumps(asdict(self)))
         if d["llm"] is None:
             del d["llm"]  # (config.json of a mutation run reads as before the field existed)
+        if not d["ablation"]:
+            del d["ablation"]  # (the same for a run without the tuning-only arm)
         return d
 
 
 _TOP = {"name", "seed", "train", "heldout", "simulator", "seeds", "families", "generations", "proposer", "optuna",
-        "cascade", "bootstrap_samples", "tracking"}
+        "cascade", "bootstrap_samples", "tracking", "ablation"}
 
 
 def _int(raw: Mapping[str, Any], key: str, where: str, default: int, low: int) -> int:
@@ -166,6 +169,10 @@ def config_from_dict(raw: Any) -> EvolveConfig:
     name = raw.get("name", "survival-evolve")
     if not is_run_name(name):
         raise EvolveConfigError(f"name must be {RUN_NAME_RULE}, got {show(name)}", field="name", value=name)
+    ablation = raw.get("ablation", False)
+    if not isinstance(ablation, bool):
+        raise EvolveConfigError(f"ablation must be true or false, got {show(ablation)}", field="ablation",
+                                value=ablation)
     cascade = _int(cas, "traces", "cascade.", 1, 0)
     if cascade >= len(train.ids()):
         cascade = 0  # a first stage on every train trace is no cheaper stage
@@ -174,7 +181,7 @@ def config_from_dict(raw: Any) -> EvolveConfig:
                         _int(raw, "generations", "", 2, 0), _int(prop, "per_generation", "proposer.", 4, 1),
                         _int(prop, "parents", "proposer.", 3, 1), _int(opt, "trials", "optuna.", 8, 1), cascade,
                         _int(sim, "max_calls_per_turn", "simulator.", 20, 1),
-                        _int(raw, "bootstrap_samples", "", 2000, 100), tracking, llm)
+                        _int(raw, "bootstrap_samples", "", 2000, 100), tracking, llm, ablation)
 
 
 LLM_KEYS = frozenset({"base_url", "model", "api_key_env", "max_tokens", "temperature", "budget_usd", "budget_tokens",

@@ -1,6 +1,7 @@
 """Evolve survival programs on the simulator: ``akv survival-search --evolve CONFIG --run-dir DIR``.
 
-The cache search's loop (``rsi.search``) applied to tool-gap survival programs
+The generation loop both tracks share (``rsi.loop``: proposals saved before they are tuned, the
+refusal record, the tuning-only arm) applied to tool-gap survival programs
 (docs/survival-api.md), scored by the token-exact simulator (``evals.survival.simulate``):
 
 - **Traces.** The config names train and held-out traces (kind x seed, generated and saved in
@@ -27,6 +28,11 @@ The cache search's loop (``rsi.search``) applied to tool-gap survival programs
   simulation, fsync'ed: a re-run in the same directory takes finished ones from it and replays
   the same decisions), ``proposals/g<N>.json``, ``programs/<sha>.py``, ``report.html`` with the
   front plot (``rsi.survival.report``) and MLflow runs (``rsi.survival.tracking``).
+- **Ablation** (``ablation: true``): after the generations, the seed programs are tuned again in new
+  studies (``rsi.loop.run_arm``) until that arm has asked for as many simulations as the
+  generations did; its best on train is the expert ``tuning-only`` and the headline's ``ablation``
+  compares the best evolved candidate with it on held-out, paired over traces (``ablation.json``:
+  the budgets and the arm's candidates).
 - ``--confirm-replay N``: the top ``N`` candidates on held-out are replayed on the real engine
   (``evals.survival.replay``) on the held-out traces; ``confirm.json`` sets replay beside simulation.
 
@@ -38,10 +44,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +56,9 @@ from engine.errors import AKVError
 from evals.survival import SimConfig, Trace, generate_trace, load_calibration, save_trace, simulate
 from evals.survival.calibration import Calibration, assumed_gpu, default_calibration
 from rsi.archive import Status, candidate_id
+from rsi.loop import ARM, admit, generation, run_arm
 from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
-from rsi.proposers.mutation import source_hash
 from rsi.rundir import RunDir, RunDirError, read_json, write_json
 from rsi.store import RowStore
 from rsi.survival.archive import (
@@ -68,7 +73,7 @@ from rsi.survival.archive import (
 from rsi.survival.config import EvolveConfig, TraceSet
 from rsi.survival.proposer import SurvivalLLMProposer, SurvivalMutationProposer, record_requests
 from rsi.tuning import CandidateFailure, make_sampler, study_seed
-from search_spaces import check_program, suggest_params
+from search_spaces import suggest_params
 from search_spaces.errors import ProgramFailure
 from search_spaces.survival import (
     get_survival_family,
@@ -214,6 +219,16 @@ def program_draw(source: str) -> Callable[[optuna.Trial], dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- the loop
 
 
+@dataclass(frozen=True)
+class ArmSummary:
+    """What the tuning-only arm asked for (simulations), against the generations' budget, and its choice."""
+
+    budget: int
+    spent: int
+    rounds: int
+    choice: str | None
+
+
 @dataclass
 class EvolveResult:
     run_dir: Path
@@ -253,6 +268,9 @@ class SurvivalEvolution:
         self.tracker = tracker
         self.say = say or (lambda text: None)
         self.ref = (1.0, 1.0)  # hypervolume reference (p95 TTFT, recompute), fixed once the baselines are tuned
+        self.spent: dict[str, int] = {}  # phase -> simulations asked for (stored or not)
+        self.phase = "baselines"
+        self.arm: ArmSummary | None = None
 
     def _make_traces(self, split: str, spec: TraceSet) -> list[tuple[str, Trace]]:
         out = []
@@ -269,6 +287,7 @@ class SurvivalEvolution:
     def _run(self, spec: str, program: str, source: str | None, params: Mapping[str, Any],
              traces: Sequence[tuple[str, Trace]]) -> list[dict[str, Any]]:
         pk = policy_key(spec, program, params)
+        self.spent[self.phase] = self.spent.get(self.phase, 0) + len(traces)
         out = []
         for tid, tr in traces:
             key = f"{pk}/{tid}"
@@ -335,12 +354,16 @@ class SurvivalEvolution:
         status = "FAILED"
         try:
             self._baselines()
+            self.phase = "seeds"
             for name in cfg.seeds:
-                self._tune_program(survival_seed_source(name), f"seed:{name}", 0, (), "seed")
-            self._close_generation(0)
+                self.tune_program(survival_seed_source(name), f"seed:{name}", 0, (), "seed")
+            self.close_generation(0)
             proposer = self._proposer or self._make_proposer()
+            self.phase = "generations"
             for g in range(1, cfg.generations + 1):
-                self._generation(g, proposer)
+                generation(self, g, proposer)
+            if cfg.ablation:
+                self._tuning_arm()
             headline = self._heldout_and_headline()
             status = "FINISHED"
         finally:
@@ -379,18 +402,36 @@ class SurvivalEvolution:
         self.ref = (1.1 * max((c.train.resume_ttft_p95_s for c in experts if c.train), default=1.0),
                     1.1 * max([1.0] + [c.train.recompute_tokens for c in experts if c.train]))
 
-    def _tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
-                      note: str = "") -> None:
-        sha = source_hash(source)
-        self.seen.add(sha)
-        self.files.save_program(sha, source)
-        check = check_program(source)
-        if not check.ok:
-            c = self.archive.add(SurvivalCandidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer,
-                                                   status=Status.REFUSED, reason=check.reason))
-            self._track(c, source)
-            self.say(f"  {label:20s} refused: {check.reason}")
+    # ------------------------------------------------------------------ the Track of rsi.loop
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    @property
+    def per_generation(self) -> int:
+        return self.config.per_generation
+
+    @property
+    def generations(self) -> int:
+        return self.config.generations
+
+    def proposed(self, proposals: Sequence[Proposal], proposer: Proposer) -> None:
+        self.say(f"generation {len(self.archive.hv_history)}: {len(proposals)} proposals")
+
+    def refused(self, sha: str, label: str, g: int, parents: tuple[str, ...], proposer: str, reason: str,
+                source: str) -> None:
+        c = self.archive.add(SurvivalCandidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer,
+                                               status=Status.REFUSED, reason=reason))
+        self._track(c, source)
+        self.say(f"  {label:20s} refused: {reason}")
+
+    def tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
+                     note: str = "") -> None:
+        admitted = admit(self, source, label, g, parents, proposer)
+        if admitted is None:
             return
+        sha, _ = admitted
         trials = self._tune("program", sha, source, label, self.config.cascade_traces)
         best = [t for t in trials if t.state == "best"]
         if not best:
@@ -417,23 +458,7 @@ class SurvivalEvolution:
             return SurvivalLLMProposer(self.config.llm, requests, self.ref, self.run_dir)
         return SurvivalMutationProposer(requests, self.ref)
 
-    def _generation(self, g: int, proposer: Proposer) -> None:
-        rng = random.Random(f"{self.config.seed}-{g}")
-        parents = self._parents()
-        saved = self.files.proposals_of(g)
-        if saved is not None:  # resume: checked rows (a malformed one names its file)
-            proposals = [Proposal.from_row(p) for p in saved]
-        else:
-            self.seen |= {c.program for c in self.archive.candidates}
-            proposals = proposer.propose(parents, self.archive, self.config.per_generation, rng, self.seen)  # type: ignore[arg-type]
-            self.files.save_proposals(g, [p.to_row() for p in proposals])
-            self.files.write("proposer_stats.json", proposer.stats.to_dict())
-        self.say(f"generation {g}: {len(proposals)} proposals from {len(parents)} parents")
-        for i, p in enumerate(proposals):
-            self._tune_program(p.source, f"g{g}-p{i}", g, p.parents, p.proposer, p.note)
-        self._close_generation(g)
-
-    def _parents(self) -> list[ParentView]:
+    def parents(self) -> list[ParentView]:
         chosen = list(self.archive.front())
         for c in sorted(self.archive.scored(), key=lambda c: c.rank_key):
             if c not in chosen:
@@ -447,7 +472,7 @@ class SurvivalEvolution:
                                                 "baselines": baselines}))
         return views
 
-    def _close_generation(self, g: int) -> None:
+    def close_generation(self, g: int) -> None:
         front = self.archive.front()
         hv = self.archive.hypervolume(self.ref)
         self.archive.hv_history.append({"generation": g, "hypervolume": hv, "front_size": len(front),
@@ -457,6 +482,23 @@ class SurvivalEvolution:
                                         "failures": float(len(self.archive.failures()))})
         self._write_outputs()
         self.say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.4f}")
+
+    def _tuning_arm(self) -> None:
+        """The tuning-only arm (``rsi.loop.run_arm``) with the simulations the generations asked for;
+        its best on train joins the archive as the expert ``tuning-only`` (outside the evolved front)."""
+        budget = self.spent.get("generations", 0)
+        arm = SurvivalArchive([c for c in self.archive.candidates if c.generation == 0 and not c.expert])
+        self.phase = ARM
+        rounds = run_arm(self, self.config.seeds, survival_seed_source, arm, budget, lambda: self.spent.get(ARM, 0))
+        best = arm.best()
+        if best is not None:
+            self.archive.add(replace(best, id=f"{ARM}:{best.id}", label=ARM, parents=(best.id,), proposer=ARM,
+                                     expert=True, reason=f"the tuning-only arm's best on train: {best.label}"))
+        self.arm = ArmSummary(budget, self.spent.get(ARM, 0), rounds, best.label if best else None)
+        self.say(f"tuning-only arm: {self.arm.spent} simulations in {rounds} rounds (the generations asked for "
+                 f"{budget}); its best: {self.arm.choice}")
+        write_json(self.run_dir / "ablation.json", {**asdict(self.arm), "candidates": [c.to_dict() for c in
+                                                                                       arm.candidates]})
 
     # ------------------------------------------------------------------ held-out, headline
 
@@ -473,8 +515,19 @@ class SurvivalEvolution:
         return headline
 
     def headline(self) -> dict[str, Any]:
-        """The best evolved candidate vs the best tuned family, both chosen on train, paired over held-out traces."""
-        best, family = self.archive.best(), self.archive.best(experts=True)
+        """The best evolved candidate vs the best tuned family, both chosen on train, paired over held-out
+        traces; with the tuning-only arm, ``ablation``: the same against that arm's best."""
+        families = [c for c in self.archive.scored(experts=True) if c.proposer != ARM]
+        family = min(families, key=lambda c: c.rank_key) if families else None
+        out = self._paired(self.archive.best(), family, "best evolved vs best tuned family")
+        arm = next((c for c in self.archive.scored(experts=True) if c.proposer == ARM), None)
+        if arm is not None:
+            out["ablation"] = self._paired(self.archive.best(), arm, "best evolved vs the tuning-only arm's best") | (
+                {"budget": asdict(self.arm)} if self.arm is not None else {})
+        return out
+
+    def _paired(self, best: SurvivalCandidate | None, family: SurvivalCandidate | None, what: str) -> dict[str, Any]:
+        """``best`` against ``family`` (both chosen on train), paired over the held-out traces."""
         if best is None or family is None:
             return {"comparison": None, "reason": "no evolved candidate" if best is None else "no tuned family scored"}
         a, b = self.runs(best, "heldout"), self.runs(family, "heldout")
@@ -483,7 +536,7 @@ class SurvivalEvolution:
         n, s = self.config.bootstrap_samples, self.config.seed
         metrics = {key: paired_over_traces([float(r[key]) for r in a], [float(r[key]) for r in b], samples=n,
                                            seed=s).to_dict() for key in (TTFT, RECOMPUTE)}
-        return {"comparison": "best evolved vs best tuned family (both chosen on train), held-out, paired over traces",
+        return {"comparison": f"{what} (both chosen on train), held-out, paired over traces",
                 "policy": best.label, "policy_id": best.id, "policy_proposer": best.proposer,
                 "policy_is_seed": best.proposer == "seed", "versus": family.label, "versus_id": family.id,
                 "heldout_traces": [tid for tid, _ in self.heldout], "bootstrap_samples": n, "seed": s,

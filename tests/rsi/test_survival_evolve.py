@@ -320,3 +320,22 @@ def test_llm_proposer_writes_survival_programs_through_the_loop(tmp_path):
     assert len(seen) == 3 and (tmp_path / "llm" / "proposer" / "calls.jsonl").is_file()
     stats = json.loads((tmp_path / "llm" / "proposer_stats.json").read_text())
     assert stats["operators"] == {"refine": {"attempts": 1, "valid": 1}, "rewrite": {"attempts": 1, "valid": 0}}
+
+
+def test_the_tuning_only_arm_spends_the_generations_simulations_and_is_compared(tmp_path):
+    raw = {**TINY, "ablation": True}
+    evo = SurvivalEvolution(config_from_dict(raw), tmp_path / "run")
+    res = evo.run()
+    ablation = json.loads((res.run_dir / "ablation.json").read_text())
+    assert ablation["budget"] > 0 and ablation["spent"] >= ablation["budget"]
+    assert {c["proposer"] for c in ablation["candidates"]} <= {"seed", "tuning-only"}
+    archive = SurvivalArchive.load(res.run_dir / "archive.json")
+    arm = [c for c in archive.candidates if c.proposer == "tuning-only" and c.expert]
+    assert len(arm) == 1 and arm[0].heldout is not None
+    assert all(c.proposer != "tuning-only" for c in archive.front())
+    head = res.headline
+    assert head["versus"].startswith("tuned:")  # the family comparison leaves the arm out
+    assert head["ablation"]["versus"] == "tuning-only" and head["ablation"]["budget"]["spent"] >= ablation["budget"]
+    assert set(head["ablation"]["metrics"]) == {TTFT, RECOMPUTE}
+    with pytest.raises(EvolveConfigError, match="ablation must be true or false"):
+        config_from_dict({**TINY, "ablation": "yes"})
