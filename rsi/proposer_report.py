@@ -8,8 +8,6 @@ repositions plane, coloured by train pass rate). Everything is read from the run
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from rsi.archive import Archive
 from rsi.niches import DROPPED_EDGES, REPOSITION_EDGES
 from rsi.proposers.bandit import operator_table
 from rsi.proposers.llm import PREFIX
+from rsi.reporting import img, table
 
 
 def operator_rows(archive: Archive) -> list[dict[str, Any]]:
@@ -65,16 +64,6 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    def fmt(v: Any) -> str:
-        return f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v))
-
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
-                   for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def proposer_section(run_dir: str | Path, archive: Archive) -> tuple[str, list[Path]]:
     """HTML of the proposer section and the figures it drew."""
     run = Path(run_dir)
@@ -84,7 +73,7 @@ def proposer_section(run_dir: str | Path, archive: Archive) -> tuple[str, list[P
              "share that got a train score (valid), the share that entered the evolved front (success) and "
              "the mean bandit reward.</p>"]
     ops = operator_rows(archive)
-    parts.append(_table(ops, ["generation", "operator", "offspring", "valid_rate", "front_rate", "mean_reward"])
+    parts.append(table(ops, ["generation", "operator", "offspring", "valid_rate", "front_rate", "mean_reward"])
                  if ops else "<p>no offspring of a proposer</p>")
     stats_path = run / "proposer_stats.json"
     stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
@@ -92,7 +81,7 @@ def proposer_section(run_dir: str | Path, archive: Archive) -> tuple[str, list[P
                 for k, v in sorted((stats.get("operators") or {}).items())]
     if attempts:
         parts.append("<p>Edits tried per operator (checker and smoke run), this attempt:</p>"
-                     + _table(attempts, ["operator", "attempts", "valid", "validity"]))
+                     + table(attempts, ["operator", "attempts", "valid", "validity"]))
     rows = niche_rows(run)
     figures: list[Path] = []
     parts.append("<h2>Niche map</h2>")
@@ -102,9 +91,8 @@ def proposer_section(run_dir: str | Path, archive: Archive) -> tuple[str, list[P
         path = figs / "niches.png"
         _figure(rows, path)
         figures.append(path)
-        data = base64.b64encode(path.read_bytes()).decode()
-        parts.append(f'<img alt="niches" src="data:image/png;base64,{data}">')
-        parts.append(_table(rows, ["dropped_share", "repositions", "evidence_kept", "candidates", "elite", "proposer",
+        parts.append(img(path))
+        parts.append(table(rows, ["dropped_share", "repositions", "evidence_kept", "candidates", "elite", "proposer",
                                    "train_pass", "train_cost"]))
     else:
         parts.append("<p>no niches recorded</p>")

@@ -11,7 +11,6 @@ the headroom captured) and the ablation's budgets when the search measured them.
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from pathlib import Path
@@ -24,56 +23,29 @@ import matplotlib.pyplot as plt
 
 from rsi.archive import Archive, Candidate, Status
 from rsi.headline import headline_lines, headroom_line, read_headline, read_headroom
-from rsi.pareto import front
 from rsi.proposer_report import proposer_section
+from rsi.reporting import Marker, front_points, hypervolume_figure, img, plane, table
 
 EXPERT_STYLE = {"full": ("s", "#444444"), "rolling_drop": ("D", "#d62728"), "standard": ("^", "#1f77b4"),
                 "text_engineering": ("v", "#17becf"), "trim": ("x", "#7f7f7f"), "thinking_drop": ("P", "#8c564b")}
 
 
 def _plane(archive: Archive, split: str, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    evolved = [c for c in archive.scored() if getattr(c, split) is not None and getattr(c, split).ok]
-
     def pt(c: Candidate) -> tuple[float, float]:
         m = getattr(c, split)
         return (m.cost_cents_mean, m.pass_rate)
 
-    if evolved:
-        xs, ys = zip(*(pt(c) for c in evolved))
-        ax.scatter(xs, ys, s=18, color="#bbbbbb", label="evolved candidates", zorder=1)
-        fr = front(evolved, pt)
-        fx, fy = zip(*(pt(c) for c in fr))
-        ax.step(fx, fy, where="post", color="#2ca02c", lw=1.5, zorder=2)
-        ax.scatter(fx, fy, s=40, color="#2ca02c", label="evolved front", zorder=3)
+    evolved = [c for c in archive.scored() if getattr(c, split) is not None and getattr(c, split).ok]
+    points, fr = front_points(evolved, pt, pt)
+    experts = []
     for c in archive.candidates:
         m = getattr(c, split)
         if c.expert and m is not None and m.ok:
             marker, color = EXPERT_STYLE.get(c.spec, ("o", "black"))
-            tuned = c.proposer == "expert-tuned"  # hollow: the tuned setting beside the filled fixed one
-            ax.scatter([m.cost_cents_mean], [m.pass_rate], marker=marker, s=70, label=c.label, zorder=4,
-                       facecolors="none" if tuned else color, edgecolors=color)
-    ax.set_xlabel("mean cost per task (cents)")
-    ax.set_ylabel("pass rate")
-    ax.set_title(f"cost vs pass rate ({split})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _hypervolume(archive: Archive, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(5.2, 3.4))
-    gens = [h["generation"] for h in archive.hv_history]
-    ax.plot(gens, [h["hypervolume"] for h in archive.hv_history], marker="o", color="#2ca02c")
-    ax.set_xlabel("generation")
-    ax.set_ylabel("hypervolume (train)")
-    ax.set_title("hypervolume per generation")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            # hollow: a tuned setting (or the tuning-only arm's choice) beside the filled fixed experts
+            experts.append(Marker(c.label, pt(c), marker, color, hollow=c.proposer in ("expert-tuned", "tuning-only")))
+    plane(path, points, fr, experts, xlabel="mean cost per task (cents)", ylabel="pass rate",
+          title=f"cost vs pass rate ({split})")
 
 
 def _lineage(archive: Archive, best: Candidate | None, path: Path) -> None:
@@ -123,25 +95,6 @@ def _families(archive: Archive, best: Candidate | None, path: Path) -> None:
     plt.close(fig)
 
 
-def _img(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}">'
-
-
-def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4f}"
-    if isinstance(v, dict):
-        return json.dumps(v, sort_keys=True)[:160]
-    return "" if v is None else str(v)
-
-
 def _row(c: Candidate) -> dict[str, Any]:
     return {"label": c.label, "expert": c.expert, "generation": c.generation, "proposer": c.proposer,
             "train pass": c.train.pass_rate if c.train else None,
@@ -163,7 +116,7 @@ def _fidelity_section(run: Path) -> str:
     return (f"<h2>Evaluation cascade</h2><p>{html.escape(fid.get('summary', ''))}. "
             f"{fid.get('screened_trials', 0)} proxy trials screened this attempt; only promoted ones met the "
             f"model.{_speed_line(fid.get('speed') or {})}</p>"
-            f"{_table(rows, ['policy', 'predicted pass (proxy)', 'model pass'])}")
+            f"{table(rows, ['policy', 'predicted pass (proxy)', 'model pass'])}")
 
 
 def _speed_line(speed: dict[str, Any]) -> str:
@@ -199,7 +152,7 @@ def _headroom_section(run: Path, headroom: dict[str, Any] | None) -> str:
         parts.append(f"<h2>Headroom (held-out)</h2><p>{html.escape(headroom_line(headroom))} The oracle knows the "
                      "probes; the rolling-drop bounds choose their setting with hindsight, per task or once for "
                      "all tasks; every pass rate is the model's. Details: headroom.json.</p>")
-        parts.append(_table(headroom_rows(headroom), ["policy", "held-out cost (c, summed)", "vs full",
+        parts.append(table(headroom_rows(headroom), ["policy", "held-out cost (c, summed)", "vs full",
                                                       "held-out pass"]))
     ablation = run / "ablation.json"
     if ablation.exists():
@@ -227,7 +180,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
                default=None) if scored else None
     _plane(archive, "train", paths["pareto_train"])
     _plane(archive, "heldout", paths["pareto_heldout"])
-    _hypervolume(archive, paths["hypervolume"])
+    hypervolume_figure(archive.hv_history, paths["hypervolume"])
     _lineage(archive, best, paths["lineage"])
     _families(archive, best, paths["families"])
     experts = [c for c in archive.candidates if c.expert]
@@ -265,15 +218,15 @@ Tuned experts (hollow markers) had their setting tuned on train with the evolved
 Details: headline.json.</p>
 {_headroom_section(run, headroom)}
 {fidelity_html}
-<h2>Cost vs pass rate</h2>{_img(paths['pareto_train'])}{_img(paths['pareto_heldout'])}
-<h2>Pareto front and experts</h2>{_table([_row(c) for c in archive.front() + experts], cols)}
-<h2>Hypervolume per generation</h2>{_img(paths['hypervolume'])}
-{_table(hv, ['generation', 'hypervolume', 'front_size', 'candidates'])}
-<h2>Lineage of the best policy</h2>{_img(paths['lineage'])}
-<h2>Per-family pass rates</h2>{_img(paths['families'])}
-<h2>Proposer</h2>{_table([stats], list(stats)) if stats else '<p>no proposals yet</p>'}
+<h2>Cost vs pass rate</h2>{img(paths['pareto_train'])}{img(paths['pareto_heldout'])}
+<h2>Pareto front and experts</h2>{table([_row(c) for c in archive.front() + experts], cols)}
+<h2>Hypervolume per generation</h2>{img(paths['hypervolume'])}
+{table(hv, ['generation', 'hypervolume', 'front_size', 'candidates'])}
+<h2>Lineage of the best policy</h2>{img(paths['lineage'])}
+<h2>Per-family pass rates</h2>{img(paths['families'])}
+<h2>Proposer</h2>{table([stats], list(stats)) if stats else '<p>no proposals yet</p>'}
 {proposer_html}
-<h2>Recorded failures</h2>{_table(failures, ['label', 'generation', 'proposer', 'status', 'reason'])
+<h2>Recorded failures</h2>{table(failures, ['label', 'generation', 'proposer', 'status', 'reason'])
                           if failures else '<p>none</p>'}
 </body></html>"""
     (run / "report.html").write_text(page)

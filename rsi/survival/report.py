@@ -19,56 +19,26 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
-from rsi.pareto import front
 from rsi.proposers.bandit import operator_table
-from rsi.report import _img, _table
+from rsi.reporting import Marker, front_points, hypervolume_figure, img, plane, table
 from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, SurvivalCandidate
 
 MARKERS = "sD^v<>phP"
 
 
 def _plane(archive: SurvivalArchive, split: str, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-
     def pt(c: SurvivalCandidate) -> tuple[float, float]:
         m = getattr(c, split)
         return (m.resume_ttft_p95_s, m.recompute_tokens)
 
     evolved = [c for c in archive.scored() if getattr(c, split) is not None and getattr(c, split).ok]
-    if evolved:
-        xs, ys = zip(*(pt(c) for c in evolved))
-        ax.scatter(xs, ys, s=18, color="#bbbbbb", label="evolved candidates", zorder=1)
-        fr = front(evolved, lambda c: (pt(c)[0], -pt(c)[1]))
-        fx, fy = zip(*(pt(c) for c in fr))
-        ax.step(fx, fy, where="post", color="#2ca02c", lw=1.5, zorder=2)
-        ax.scatter(fx, fy, s=40, color="#2ca02c", label="evolved front", zorder=3)
+    points, fr = front_points(evolved, pt, lambda c: (pt(c)[0], -pt(c)[1]))
     experts = [c for c in archive.scored(experts=True) if getattr(c, split) is not None and getattr(c, split).ok]
-    for i, c in enumerate(experts):
-        x, y = pt(c)
-        ax.scatter([x], [y], marker=MARKERS[i % len(MARKERS)], s=70, facecolors="none",
-                   edgecolors=f"C{i % 10}", label=c.label, zorder=4)
-    ax.set_xlabel("p95 resume TTFT (s, mean over traces)")
-    ax.set_ylabel("recompute tokens (mean per trace)")
-    ax.set_title(f"survival policies ({split})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _hypervolume(archive: SurvivalArchive, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(5, 3))
-    hv = archive.hv_history
-    ax.plot([h["generation"] for h in hv], [h["hypervolume"] for h in hv], marker="o")
-    ax.set_xlabel("generation")
-    ax.set_ylabel("hypervolume (train)")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    marks = [Marker(c.label, pt(c), MARKERS[i % len(MARKERS)], f"C{i % 10}", hollow=True)
+             for i, c in enumerate(experts)]
+    plane(path, points, fr, marks, xlabel="p95 resume TTFT (s, mean over traces)",
+          ylabel="recompute tokens (mean per trace)", title=f"survival policies ({split})", legend="upper right")
 
 
 def _row(c: SurvivalCandidate) -> dict[str, Any]:
@@ -92,7 +62,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
                                                      "survival_hypervolume")}
     _plane(archive, "train", paths["survival_front_train"])
     _plane(archive, "heldout", paths["survival_front_heldout"])
-    _hypervolume(archive, paths["survival_hypervolume"])
+    hypervolume_figure(archive.hv_history, paths["survival_hypervolume"])
     hv = archive.hv_history
     ref = hv[0]["ref"] if hv else [1.0, 1.0]
     ops = operator_table(archive, ref[0], ref_pass=-ref[1])  # type: ignore[arg-type]
@@ -109,7 +79,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
                  "replayed p95 TTFT": r["replayed"]["resume_ttft_p95_s"],
                  "simulated recompute": (r["simulated"] or {}).get("recompute_tokens"),
                  "replayed recompute": r["replayed"]["recompute_tokens"]} for r in json.loads(confirm_path.read_text())]
-        confirm = "<h2>Confirmed by replay (real engine)</h2>" + _table(rows, list(rows[0]) if rows else [])
+        confirm = "<h2>Confirmed by replay (real engine)</h2>" + table(rows, list(rows[0]) if rows else [])
     cols = ["label", "expert", "generation", "proposer", "train p95 TTFT (s)", "train recompute",
             "held-out p95 TTFT (s)", "held-out recompute", "params"]
     train, held = config["train"], config["heldout"]
@@ -134,14 +104,14 @@ independent), 95% percentile-bootstrap intervals ({config['bootstrap_samples']} 
 of the difference excludes 0 and at least 5 traces were paired. Both policies are chosen on train. Details:
 headline.json.</p>
 {confirm}
-<h2>p95 resume TTFT vs recompute tokens</h2>{_img(paths['survival_front_train'])}{_img(paths['survival_front_heldout'])}
-<h2>Pareto front and tuned families</h2>{_table([_row(c) for c in shown], cols)}
-<h2>Hypervolume per generation</h2>{_img(paths['survival_hypervolume'])}
-{_table(hv, ['generation', 'hypervolume', 'front_size', 'candidates'])}
-<h2>Proposer</h2>{_table([stats], list(stats)) if stats else '<p>no proposals</p>'}
-{_table([dict(r) for r in ops], ['generation', 'operator', 'offspring', 'valid_rate', 'front_rate', 'mean_reward'])
+<h2>p95 resume TTFT vs recompute tokens</h2>{img(paths['survival_front_train'])}{img(paths['survival_front_heldout'])}
+<h2>Pareto front and tuned families</h2>{table([_row(c) for c in shown], cols)}
+<h2>Hypervolume per generation</h2>{img(paths['survival_hypervolume'])}
+{table(hv, ['generation', 'hypervolume', 'front_size', 'candidates'])}
+<h2>Proposer</h2>{table([stats], list(stats)) if stats else '<p>no proposals</p>'}
+{table([dict(r) for r in ops], ['generation', 'operator', 'offspring', 'valid_rate', 'front_rate', 'mean_reward'])
  if ops else ''}
-<h2>Recorded failures</h2>{_table(failures, ['label', 'generation', 'proposer', 'status', 'reason'])
+<h2>Recorded failures</h2>{table(failures, ['label', 'generation', 'proposer', 'status', 'reason'])
                           if failures else '<p>none</p>'}
 </body></html>"""
     (run / "report.html").write_text(page)
