@@ -26,7 +26,7 @@ from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult
 from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
-from rsi.export import load_archive
+from rsi.cache.export import load_archive
 from rsi.metrics import aggregate
 from rsi.rundir import read_json
 

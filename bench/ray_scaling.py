@@ -18,7 +18,7 @@ from typing import Any
 from bench import write_result
 from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.tasks import select_tasks
-from rsi.executors.base import EvalRequest
+from rsi.cache.executors.base import EvalRequest
 from rsi.store import EvalStore, eval_key
 
 
@@ -26,8 +26,8 @@ def run_case(model: str, replicas: int, routing: str, threads: int, specs: list[
              config: EvalConfig) -> dict[str, Any]:
     import ray
 
+    from rsi.cache.executors.ray_executor import RayExecutor
     from rsi.config import config_from_dict
-    from rsi.executors.ray_executor import RayExecutor
 
     cfg = config_from_dict({"model": {"name": model, "template": "plain", "pool_gb": 2.0},
                             "executor": {"kind": "ray", "replicas": replicas, "routing": routing,

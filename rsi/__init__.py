@@ -3,15 +3,14 @@
 Nothing is imported here (the modules load Optuna, MLflow and the engine on demand); use them
 directly:
 
-- ``rsi.search``: ``Search`` runs a config (``rsi.config``) in a run directory: seeds and
-  proposals (``rsi.proposers``), Optuna tuning behind the evaluation cascade (``rsi.tuning``),
-  the archive and its Pareto front (``rsi.archive``, ``rsi.pareto``, ``rsi.niches``), tuned
-  experts (``rsi.expert_tuning``), the held-out headline with paired intervals (``rsi.headline``).
-- ``rsi.executors``: where model evaluations run (in process, a local server, Ray replicas).
-- ``rsi.store``, ``rsi.rundir``: the evaluation store and the run directory's atomic files;
-  ``rsi.tracking``: MLflow; ``rsi.report``, ``rsi.dashboard``: the HTML report and dashboard.
-- ``rsi.survival.evolve``, ``rsi.survival.search``: the same loop for tool-gap survival programs.
-- ``rsi.export``: a run's chosen policy as a standalone module; ``rsi.cli``: the ``akv`` command.
+- ``rsi.cache``: the cache track (``rsi.cache.search.Search`` runs a config of ``rsi.config`` in a
+  run directory: experts, seeds and proposals, the held-out headline, headroom and ablation; its
+  executors, report and export);
+- ``rsi.survival``: the tool-gap survival track (``rsi.survival.evolve``, ``rsi.survival.search``);
+- shared by both: ``rsi.loop`` (the generation loop and the tuning-only arm), ``rsi.proposers``,
+  ``rsi.tuning`` (Optuna, the evaluation cascade), ``rsi.archive`` and ``rsi.pareto``, ``rsi.store``
+  and ``rsi.rundir`` (the evaluation store and the run directory's atomic files), ``rsi.tracking``
+  (MLflow), ``rsi.reporting`` (what both reports draw), ``rsi.dashboard``, ``rsi.cli`` (``akv``).
 
 docs/architecture.md maps the packages and the data flow.
 """

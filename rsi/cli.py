@@ -108,7 +108,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     picked = None
     if args.run:
-        from rsi.export import pick_spec
+        from rsi.cache.export import pick_spec
 
         picked = pick_spec(Path(args.run), args.pick or "best")
     elif args.pick is not None:
@@ -147,8 +147,8 @@ def yaml_reason(err: Exception) -> str:
 def _search(args: argparse.Namespace) -> int:
     import yaml
 
+    from rsi.cache.search import Search, load_run_config
     from rsi.config import load_config
-    from rsi.search import Search, load_run_config
 
     overrides: dict[str, Any] = {}
     if args.replicas is not None:
@@ -172,7 +172,7 @@ def _search(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{config.name}-{stamp}"
     t0 = time.perf_counter()
     result = Search(config, run_dir).run()
-    from rsi.headline import run_headline
+    from rsi.cache.headline import run_headline
 
     print("headline (held-out, paired, 95% bootstrap intervals; headline.json):\n  "
           + "\n  ".join(run_headline(run_dir)))
@@ -181,12 +181,12 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from rsi.export import load_archive
-    from rsi.report import write_report
+    from rsi.cache.export import load_archive
+    from rsi.cache.report import write_report
 
     load_archive(Path(args.run_dir))  # a clear error for a directory that holds no run (yet)
     write_report(args.run_dir)
-    from rsi.headline import run_headline
+    from rsi.cache.headline import run_headline
 
     print("headline:\n  " + "\n  ".join(run_headline(args.run_dir)))
     print(f"report: {(Path(args.run_dir) / 'report.html').resolve()}")
@@ -194,7 +194,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from rsi.headline import compare_picks, describe
+    from rsi.cache.headline import compare_picks, describe
 
     row = compare_picks(args.run_dir, args.a, args.b, args.split)
     print(f"{describe(row)} (paired over the {args.split} tasks both have; 95% bootstrap intervals)")
@@ -204,7 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _pool(args: argparse.Namespace) -> int:
-    from rsi.pooling import pool_runs, pooled_lines, write_pooled
+    from rsi.cache.pooling import pool_runs, pooled_lines, write_pooled
 
     pooled = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
     print(f"each run's policy chosen on train, paired with each expert over that run's held-out tasks; pooled: "
@@ -217,7 +217,7 @@ def _pool(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from rsi.export import export_pick
+    from rsi.cache.export import export_pick
 
     path = export_pick(Path(args.run_dir), args.pick, Path(args.out), args.format)
     print(f"exported {args.pick} to {path} ({args.format})")

@@ -75,7 +75,7 @@ class ProposerConfig:
 
     Attributes:
         kind: ``mutation`` (offline AST edits, seeded), ``synthesis`` (offline: new rule structures,
-            guided by the oracle's hindsight; ``rsi.proposers.synthesis``), ``llm`` (OpenAI-compatible
+            guided by the oracle's hindsight; ``rsi.cache.synthesis``), ``llm`` (OpenAI-compatible
             endpoint), or ``none`` (tuning only: every generation tunes the seed programs again, in new
             studies; the ablation of the other kinds).
         per_generation: programs proposed per generation.
@@ -147,7 +147,7 @@ class CascadeConfig:
         margin: predicted-pass margin of the promotion rule (0: the plain proxy front).
         check: after the last generation, how many screened parameter sets the model has not
             evaluated it evaluates on all of train, spread evenly over the predicted pass range,
-            only to check the proxy (``rsi.search.Search.fidelity_sample``): the promoted sets
+            only to check the proxy (``rsi.cache.search.Search.fidelity_sample``): the promoted sets
             alone cover a narrow range of predictions, where a rank correlation says little.
     """
 
@@ -193,7 +193,7 @@ class ExecutorConfig:
             ``server_command`` (or attaches to one of ``server_urls``) and evaluates through
             ``engine.remote.RemoteEngine`` (docs/gpu.md).
         server_command: template with ``{port}`` (required), ``{model}``, ``{gpu}``, ``{host}``,
-            ``{python}`` (``rsi.command``), e.g. ``akv serve --model {model} --port {port}``.
+            ``{python}`` (``rsi.cache.command``), e.g. ``akv serve --model {model} --port {port}``.
         server_urls: existing servers, one per replica (round robin), instead of launching.
         server_log_dir: where launched servers write their logs ("" = ``<run dir>/servers``).
         server_health_timeout_s: how long a server may take to answer ``/health``.
@@ -231,13 +231,13 @@ class SearchConfig:
         experts: policies compared in the report (``name`` or ``name:k=v,k=v``).
         seed_from: an earlier run directory whose archive front seeds this search.
         heldout_front: how many front members (the most accurate on train) get a held-out evaluation
-            per generation, besides each expert's cheapest match on train (``rsi.headline``).
+            per generation, besides each expert's cheapest match on train (``rsi.cache.headline``).
         tracking_uri: MLflow store ("" = sqlite in the run directory).
         tune_experts: also tune the tunable experts of ``experts`` (rolling drop's K, the
             summarizing baselines' window) on train with ``optuna.trials`` trials, and report the
-            tuned setting beside the fixed one (``rsi.expert_tuning``).
+            tuned setting beside the fixed one (``rsi.cache.expert_tuning``).
         bootstrap_samples: resamples of the paired bootstrap behind ``headline.json`` (``evals.paired``).
-        ablation: after the generations, run the tuning-only arm (``rsi.ablation``): the seed programs
+        ablation: after the generations, run the tuning-only arm (``rsi.cache.ablation``): the seed programs
             tuned again with the model evaluations the generations spent; its choice joins the
             headline as ``tuning-only``.
     """
@@ -336,7 +336,7 @@ class SearchConfig:
                 raise ConfigError(f"{key} must be {want}, got {value!r}", field=key, value=value)
         self._check_policies()
         if self.executor.server_command:
-            from rsi.command import CommandTemplate
+            from rsi.cache.command import CommandTemplate
 
             CommandTemplate(self.executor.server_command)  # raises CommandError (an AKVError) naming the placeholder
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from rsi.executors.launcher import stop_process_group
+from rsi.cache.executors.launcher import stop_process_group
 
 
 def _free_port() -> int:

@@ -1,6 +1,6 @@
 """The generation loop of both tracks, and their tuning-only arm.
 
-A track (the cache search, ``rsi.search.Search``; the survival evolution,
+A track (the cache search, ``rsi.cache.search.Search``; the survival evolution,
 ``rsi.survival.evolve.SurvivalEvolution``) gives the loop what differs between them (:class:`Track`):
 its archive and run directory, how parents are chosen, how one program is tuned and how a
 generation closes. The loop owns what is the same: generation ``g``'s seeded ``random.Random``, the

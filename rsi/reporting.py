@@ -1,5 +1,5 @@
 """What the reports of both tracks draw and write alike: HTML tables and images, the hypervolume
-curve, the plane of a front against its experts (``rsi.report``, ``rsi.survival.report`` and the
+curve, the plane of a front against its experts (``rsi.cache.report``, ``rsi.survival.report`` and the
 proposer section use these; none of them reaches into another's helpers).
 
 Not for: deciding what a report says (each report module does), or anything interactive.

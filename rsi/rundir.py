@@ -91,7 +91,7 @@ class RunDir:
         archive.json  pareto.json  headline.json  niches.json  fidelity.json  proposer_stats.json
         replicas.json  report.html  optuna.db  optuna-proxy.journal  mlflow.db  mlflow_runs.json
 
-    Nothing here knows the search's logic; ``rsi.search.Search`` decides what to write and when.
+    Nothing here knows the search's logic; ``rsi.cache.search.Search`` decides what to write and when.
     """
 
     def __init__(self, path: str | Path) -> None:

@@ -11,9 +11,9 @@ from rsi.proposers.base import ParentView, Proposal, Proposer, ProposerStats
 from rsi.proposers.mutation import MutationProposer
 
 if TYPE_CHECKING:
+    from rsi.cache.hindsight import Hindsight
+    from rsi.cache.synthesis import Screen
     from rsi.config import SearchConfig
-    from rsi.proposers.hindsight import Hindsight
-    from rsi.proposers.synthesis import Screen
     from search_spaces import Episode
 
 __all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerStats", "make_proposer"]
@@ -31,7 +31,7 @@ def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path,
 
         return LLMProposer(config.proposer, smoke, run_dir)
     if kind == "synthesis":
-        from rsi.proposers.synthesis import SynthesisProposer
+        from rsi.cache.synthesis import SynthesisProposer
 
         return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known, config.proposer.inner)
     if kind == "none":

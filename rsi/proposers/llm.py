@@ -115,7 +115,7 @@ def failed_children(c: Any, archive: Any, max_failures: int = 4) -> list[str]:
 
 def hindsight_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Prompt lines: per train task, worst first, what the parent dropped that the hindsight oracle
-    needed and what it kept reading that the oracle did not (``rsi.proposers.hindsight.report``)."""
+    needed and what it kept reading that the oracle did not (``rsi.cache.hindsight.report``)."""
     if not rows:
         return []
     out = ["Against the hindsight oracle (which knows the probes) on the train tasks, worst first:"]

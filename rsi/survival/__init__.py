@@ -10,5 +10,5 @@ cache policies (``akv survival-search``).
   front over resume TTFT p95 vs recompute), ``report``, ``tracking`` (MLflow), ``export``
   (``akv export`` of a survival program).
 
-The cache track's search is ``rsi.search`` and the modules beside it.
+The cache track's search is ``rsi.cache.search`` and the modules beside it.
 """

@@ -43,7 +43,7 @@ def tiny_plain():
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory, tiny_plain):
     """A finished tiny search (shared by the search, report and browser tests)."""
-    from rsi.search import Search
+    from rsi.cache.search import Search
 
     run_dir = tmp_path_factory.mktemp("search") / "run"
     Search(tiny_config(), run_dir, engine=tiny_plain).run()

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from rsi.archive import Archive, Status
+from rsi.cache.headline import read_headline, read_headroom
+from rsi.cache.search import Search
 from rsi.cli import main
-from rsi.headline import read_headline, read_headroom
-from rsi.search import Search
 from rsi.store import EvalStore
 from tests.rsi.conftest import tiny_config
 

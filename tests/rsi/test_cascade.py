@@ -138,7 +138,7 @@ def test_a_search_with_the_cascade_screens_many_and_evaluates_few(tmp_path, tiny
     number in pareto.json is the model's."""
     import json
 
-    from rsi.search import Search
+    from rsi.cache.search import Search
     from rsi.store import EvalStore
     from tests.rsi.conftest import tiny_config
 
@@ -203,9 +203,9 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
 
     from evals.cache.evaluator import PolicySpec, result_from_row
     from rsi.archive import candidate_id
-    from rsi.expert_tuning import space
+    from rsi.cache.expert_tuning import space
+    from rsi.cache.search import Search
     from rsi.metrics import aggregate
-    from rsi.search import Search
     from rsi.store import EvalStore
     from tests.rsi.conftest import tiny_config
 
@@ -246,8 +246,8 @@ def test_the_fidelity_sample_adds_unpromoted_sets_spread_over_the_predictions(tm
     import json
 
     from evals.cache.evaluator import PolicySpec, result_from_row
+    from rsi.cache.search import Search
     from rsi.metrics import aggregate
-    from rsi.search import Search
     from rsi.store import EvalStore
     from tests.rsi.conftest import tiny_config
 

@@ -10,9 +10,9 @@ import pytest
 
 from engine.errors import AKVError
 from evals.rates import load_rates
-from rsi.command import CommandError
+from rsi.cache.command import CommandError
+from rsi.cache.search import _normalized, parse_expert
 from rsi.config import ConfigError, SearchConfig, config_from_dict, load_config
-from rsi.search import _normalized, parse_expert
 from search_spaces import get_policy
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"

@@ -13,9 +13,8 @@ import pytest
 
 from evals.cache.evaluator import PolicySpec
 from rsi.archive import Archive, Candidate
-from rsi.config import ConfigError
-from rsi.expert_tuning import ExpertTrial, choose, space
-from rsi.headline import (
+from rsi.cache.expert_tuning import ExpertTrial, choose, space
+from rsi.cache.headline import (
     HeadlineRow,
     TrainMatch,
     build_headline,
@@ -27,9 +26,10 @@ from rsi.headline import (
     read_headroom,
     write_headline,
 )
+from rsi.cache.report import write_report
+from rsi.cache.search import Search
+from rsi.config import ConfigError
 from rsi.metrics import Metrics
-from rsi.report import write_report
-from rsi.search import Search
 from rsi.tracking import Tracker
 from tests.rsi.conftest import TINY, tiny_config
 
@@ -239,8 +239,8 @@ def test_compare_pairs_two_picks_from_the_store_by_hand(finished):
     """``akv compare`` on a finished run: the ratio of summed task costs and the difference of pass
     rates, recomputed here from the store's rows of the two candidates on train."""
     from engine.errors import AKVError
-    from rsi.export import load_archive, pick_spec
-    from rsi.headline import compare_picks
+    from rsi.cache.export import load_archive, pick_spec
+    from rsi.cache.headline import compare_picks
     from rsi.store import EvalStore
 
     a, b = "expert:rolling_drop(keep_tool_responses=1)", "expert:full"

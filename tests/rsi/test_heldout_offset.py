@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from evals.tasks import load_suite, select_tasks
+from rsi.cache.search import Search
 from rsi.config import ConfigError
-from rsi.search import Search
 from tests.rsi.conftest import tiny_config
 
 

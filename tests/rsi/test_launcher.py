@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from engine.errors import AKVError
-from rsi.command import CommandError, CommandTemplate
-from rsi.executors.launcher import LaunchError, ServerProcess, ServerState
+from rsi.cache.command import CommandError, CommandTemplate
+from rsi.cache.executors.launcher import LaunchError, ServerProcess, ServerState
 from tests.engine.agent import trajectory
 
 AKV_SERVE = "{python} -m rsi.cli serve --model {model} --port {port} --host {host} --template plain --threads 1"
@@ -150,7 +150,7 @@ def test_a_dead_launcher_leaves_no_server_behind(stand_in, tmp_path):
     """SIGKILL the process that launched a server (a Ray actor, say): the server gets SIGTERM too."""
     script = textwrap.dedent(f"""
         import sys, time
-        from rsi.executors.launcher import ServerProcess
+        from rsi.cache.executors.launcher import ServerProcess
         s = ServerProcess({stand_in!r}, model="m", log_path={str(tmp_path / 'orphan.log')!r}, health_timeout_s=30)
         s.start()
         print(s.pid, flush=True)

@@ -8,8 +8,8 @@ import pytest
 
 from engine.server import ServerThread
 from rsi.archive import Archive, Status
+from rsi.cache.search import Search
 from rsi.proposers.llm import apply_reply
-from rsi.search import Search
 from search_spaces import seed_source
 from tests.rsi.conftest import tiny_config
 from tests.rsi.scripted import scripted_app
@@ -118,7 +118,7 @@ def test_prompt_variants_are_chosen_by_a_bandit_over_their_offspring(tmp_path, t
     """Generation 1 tries each variant once (UCB1 pulls untried arms in order); only ``refine``'s
     program is valid, so generation 2 asks with ``refine`` first. The report's operator table has a
     row per variant."""
-    from rsi.proposer_report import operator_rows
+    from rsi.cache.proposer_report import operator_rows
     from rsi.proposers.llm import VARIANTS
 
     # refine good; repair, rewrite, fragment refused twice (distinct programs: repeats are not proposed)

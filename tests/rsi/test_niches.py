@@ -11,8 +11,16 @@ import pytest
 from evals.cache.cost import CostBreakdown
 from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
 from rsi.archive import Archive, Candidate
+from rsi.cache.niches import (
+    DROPPED_EDGES,
+    EVIDENCE_EDGES,
+    REPOSITION_EDGES,
+    Behaviour,
+    behaviour,
+    choose_parents,
+    niche_map,
+)
 from rsi.metrics import Metrics
-from rsi.niches import DROPPED_EDGES, EVIDENCE_EDGES, REPOSITION_EDGES, Behaviour, behaviour, choose_parents, niche_map
 
 
 def _probe(dropped: tuple[int, ...]) -> ProbeResult:
@@ -109,7 +117,7 @@ def test_parents_never_repeat(k: int) -> None:
 def test_a_finished_search_writes_the_niche_map_and_the_operator_table(finished) -> None:
     import json
 
-    from rsi.proposer_report import niche_rows, operator_rows
+    from rsi.cache.proposer_report import niche_rows, operator_rows
 
     archive = Archive.load(finished / "archive.json")
     niches = json.loads((finished / "niches.json").read_text())

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from engine.errors import AKVError
+from rsi.cache.headline import read_headline
+from rsi.cache.pooling import pool_runs
+from rsi.cache.search import Search
 from rsi.cli import main
-from rsi.headline import read_headline
-from rsi.pooling import pool_runs
-from rsi.search import Search
 from rsi.store import EvalStore
 from rsi.tracking import Tracker
 from tests.rsi.conftest import tiny_config
@@ -35,7 +35,7 @@ def two_runs(tmp_path_factory, tiny_plain) -> tuple[Path, Path]:
 
 
 def _heldout_rows(run: Path, policy_id: str) -> dict[str, dict]:
-    from rsi.export import load_archive, pick, spec_of
+    from rsi.cache.export import load_archive, pick, spec_of
 
     key = spec_of(run, pick(load_archive(run), policy_id)).key
     return {r["task_id"]: r for r in EvalStore(run / "evaluations.jsonl").rows()
@@ -118,8 +118,8 @@ def test_runs_sharing_a_task_a_run_twice_and_a_run_without_headline_are_refused(
 
 def test_the_pooled_line_says_how_many_runs_matched_nothing_on_train():
     from evals.paired import PairedDelta
-    from rsi.headline import HeadlineRow
-    from rsi.pooling import PooledComparison, RunComparison, pooled_lines
+    from rsi.cache.headline import HeadlineRow
+    from rsi.cache.pooling import PooledComparison, RunComparison, pooled_lines
 
     def row(matched: bool) -> HeadlineRow:
         return HeadlineRow("g1-p0", "a", "expert:standard", "b", matched, -12.0, (-15.0, -9.0), 0.1, (0.0, 0.2), 10,

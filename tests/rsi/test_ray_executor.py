@@ -14,9 +14,9 @@ import pytest
 from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.cache.probes import ProbeFormat
 from evals.tasks import load_suite
-from rsi.executors.base import EvalRequest
-from rsi.executors.local import LocalExecutor
-from rsi.executors.routing import HashRing, Router
+from rsi.cache.executors.base import EvalRequest
+from rsi.cache.executors.local import LocalExecutor
+from rsi.cache.executors.routing import HashRing, Router
 from rsi.store import EvalStore, eval_key
 from tests.rsi.conftest import tiny_config
 
@@ -54,7 +54,7 @@ def _requests(tasks, specs):
 
 @pytest.fixture(scope="module")
 def ray_executor(tmp_path_factory):
-    from rsi.executors.ray_executor import RayExecutor
+    from rsi.cache.executors.ray_executor import RayExecutor
 
     cfg = tiny_config(executor={"kind": "ray", "replicas": 2, "timeout_s": 20.0})
     ex = RayExecutor(cfg, EVAL, EvalStore(tmp_path_factory.mktemp("ray") / "e.jsonl"), progress=False)

@@ -11,9 +11,9 @@ from engine import Engine
 from engine.server import ServerThread, create_app
 from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.tasks import load_suite
-from rsi.executors import make_executor
-from rsi.executors.base import EvalRequest
-from rsi.executors.local import LocalExecutor
+from rsi.cache.executors import make_executor
+from rsi.cache.executors.base import EvalRequest
+from rsi.cache.executors.local import LocalExecutor
 from rsi.store import EvalStore, eval_key
 from tests.rsi.conftest import tiny_config
 from tests.rsi.test_launcher import AKV_SERVE, gone
@@ -57,7 +57,7 @@ def test_ray_replica_launches_its_server_evaluates_and_leaves_nothing_behind(tin
     RemoteEngine, and its server dies with it."""
     import ray
 
-    from rsi.executors.ray_executor import RayExecutor
+    from rsi.cache.executors.ray_executor import RayExecutor
 
     cfg = tiny_config(model={"dtype": "float32"}, executor={
         "kind": "ray", "replicas": 1, "timeout_s": 300.0, "backend": "remote", "server_command": AKV_SERVE,

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from rsi.report import write_report
+from rsi.cache.report import write_report
 
 BROWSER = shutil.which("chromium") and shutil.which("chromedriver")
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from rsi.archive import Archive
-from rsi.search import Search
+from rsi.cache.search import Search
 from tests.rsi.conftest import TINY, tiny_config
 
 
@@ -112,7 +112,7 @@ def test_token_counts_come_from_the_engine_that_evaluates(tmp_path, tiny_plain):
     """The proposer's smoke episodes count tokens as the evaluating engine does (here tiny-random
     under the ``plain`` template), not with a fixed model's tokenizer; the counts differ."""
     from evals.tasks import load_suite
-    from rsi.search import Search
+    from rsi.cache.search import Search
     from search_spaces import default_token_counts
     from tests.rsi.conftest import tiny_config
 

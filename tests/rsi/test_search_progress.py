@@ -6,8 +6,8 @@ import json
 import re
 import shutil
 
-from rsi.progress import SearchProgress, plan_evaluations
-from rsi.search import Search
+from rsi.cache.progress import SearchProgress, plan_evaluations
+from rsi.cache.search import Search
 from tests.rsi.conftest import TINY, tiny_config
 
 

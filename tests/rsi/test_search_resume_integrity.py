@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from rsi.archive import Archive
+from rsi.cache.search import Search, load_run_config
 from rsi.proposers.base import Proposer
 from rsi.rundir import RunDirError
-from rsi.search import Search, load_run_config
 from rsi.store import EvalStore
 from tests.rsi.conftest import tiny_config
 from tests.rsi.test_search import _summary

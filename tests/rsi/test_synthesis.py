@@ -10,11 +10,11 @@ import pytest
 
 from evals.tasks.mixed import generate_mixed_task
 from rsi.archive import Archive, Candidate
-from rsi.fingerprint import behaviour
+from rsi.cache.fingerprint import behaviour
+from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, drop_gain, drops_of, report, split_task
+from rsi.cache.synthesis import SynthesisProposer, as_structure
 from rsi.metrics import Metrics
 from rsi.proposers.base import ParentView
-from rsi.proposers.hindsight import NEVER, Hindsight, TaskFeatures, drop_gain, drops_of, report, split_task
-from rsi.proposers.synthesis import SynthesisProposer, as_structure
 from search_spaces import Episode, estimate_tokens, run_program, seed_source
 from search_spaces.cache import rules
 from search_spaces.cache.program_api import RequestView

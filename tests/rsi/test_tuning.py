@@ -13,7 +13,7 @@ import json
 import pytest
 
 from rsi.archive import Archive, Status
-from rsi.search import Search
+from rsi.cache.search import Search
 from rsi.tracking import Tracker
 from rsi.tuning import tune
 from tests.rsi.conftest import tiny_config

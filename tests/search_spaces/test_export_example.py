@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rsi.executors.launcher import ServerProcess
+from rsi.cache.executors.launcher import ServerProcess
 from search_spaces import estimate_tokens, export_policy, get_policy
 
 ROOT = Path(__file__).resolve().parents[2]

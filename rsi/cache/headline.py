@@ -3,7 +3,7 @@
 ``RUN_DIR/headline.json`` is an object: ``comparisons``, a list with one object per expert that has
 a held-out result (the fixed experts in config order, then the tuned ones, then ``tuning-only``, the
 ablation arm's choice, when the search ran it; experts absent from the config are absent here), and
-``headroom`` (``rsi.headroom``: the oracle, the rolling-drop bounds and the share of the headroom
+``headroom`` (``rsi.cache.headroom``: the oracle, the rolling-drop bounds and the share of the headroom
 captured on held-out; ``null`` unless ``oracle.heldout``). Runs before the headroom wrote the list
 alone, which :func:`read_headline` still reads. Each comparison has ``policy``, ``versus``,
 ``cost_delta_pct``, ``cost_delta_ci95`` (``[low, high]``), ``pass_delta``, ``pass_delta_ci95``,
@@ -200,7 +200,7 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
         AKVError: an unknown pick, or a pair without paired results on ``split``.
     """
     from engine.errors import AKVError
-    from rsi.export import load_archive, pick
+    from rsi.cache.export import load_archive, pick
     from rsi.store import EvalStore
 
     run = Path(run_dir)
@@ -225,7 +225,7 @@ def stored_results(run_dir: Path, c: Candidate, rows: Sequence[dict[str, Any]], 
     """
     from engine.errors import AKVError
     from evals.cache.evaluator import result_from_row
-    from rsi.export import spec_of
+    from rsi.cache.export import spec_of
 
     key = spec_of(run_dir, c).key
     results = {r["task_id"]: result_from_row(r) for r in rows

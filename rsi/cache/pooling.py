@@ -1,6 +1,6 @@
 """The headlines of several searches pooled: ``akv pool RUN_DIR RUN_DIR ... [--out FILE]``.
 
-A search's headline (:mod:`rsi.headline`) compares, per expert, the policy the search chose on
+A search's headline (:mod:`rsi.cache.headline`) compares, per expert, the policy the search chose on
 train with the expert, over its own held-out tasks. Searches run with other seeds and judged on
 other held-out tasks are independent repetitions of the *procedure*: pooled, they say what a
 search gives against each expert on a task it never saw, with a tighter interval than any one run.
@@ -28,7 +28,7 @@ from typing import Any
 
 from engine.errors import AKVError
 from evals.paired import PairedDelta, PairedTasks, PairingError, pair_results, pooled_bootstrap
-from rsi.headline import HeadlineRow, interval, read_headline, stored_results, verdict
+from rsi.cache.headline import HeadlineRow, interval, read_headline, stored_results, verdict
 from rsi.rundir import read_json, write_json
 
 
@@ -74,7 +74,7 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
             directory, a directory without ``headline.json`` or with an empty or malformed one, a
             chosen policy without stored held-out results, or a held-out task in two runs.
     """
-    from rsi.export import load_archive, pick
+    from rsi.cache.export import load_archive, pick
     from rsi.store import EvalStore
 
     runs = [Path(r) for r in run_dirs]

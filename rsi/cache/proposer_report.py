@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from rsi.archive import Archive
-from rsi.niches import DROPPED_EDGES, REPOSITION_EDGES
+from rsi.cache.niches import DROPPED_EDGES, REPOSITION_EDGES
 from rsi.proposers.bandit import operator_table
 from rsi.proposers.llm import PREFIX
 from rsi.reporting import img, table

@@ -2,7 +2,7 @@
 
 ``executor.backend: remote`` puts one :class:`RemoteReplica` in each Ray actor (or one in this
 process for ``executor.kind: local``). The replica starts its server from
-``executor.server_command`` (``rsi.executors.launcher``), evaluates through
+``executor.server_command`` (``rsi.cache.executors.launcher``), evaluates through
 :class:`engine.remote.RemoteEngine` pointed at it, and when the server goes away mid-evaluation
 (crash, hang) restarts it and runs the evaluation again: an unreachable server is never recorded
 as the policy's failure, unless it stays unreachable for ``ATTEMPTS`` tries.
@@ -34,7 +34,7 @@ class ServerSpec:
         command: a server command template (launch mode), or "".
         url: an existing server's base URL (attach mode), or "".
         log_path: where a launched server's output goes.
-        health_timeout_s, grace_s: see ``rsi.executors.launcher.ServerProcess``.
+        health_timeout_s, grace_s: see ``rsi.cache.executors.launcher.ServerProcess``.
         kv_dtype: dtype of the server's KV cache (geometry of the dry-run accountant).
         check_usage: ``RemoteEngine.check_usage``.
         prefix_mode: ``RemoteEngine.prefix_mode``.
@@ -102,7 +102,7 @@ class RemoteReplica:
         import torch
 
         from engine.remote import RemoteEngine
-        from rsi.executors.launcher import ServerProcess
+        from rsi.cache.executors.launcher import ServerProcess
 
         self.server = None
         url = server.url
@@ -127,7 +127,7 @@ class RemoteReplica:
 
     def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult:
         """``Replay.evaluate`` on the server; an unreachable server is restarted and the evaluation rerun."""
-        from rsi.executors.launcher import LaunchError
+        from rsi.cache.executors.launcher import LaunchError
 
         last: RemoteUnavailableError | None = None
         try:

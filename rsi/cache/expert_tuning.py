@@ -17,7 +17,7 @@ The choice (on train): among completed trials, the cheapest whose train pass rat
 fixed setting's; ties go to the earlier trial. That is the strongest cost competitor at matched
 accuracy, which is what a cost claim must beat.
 
-Not here: the fixed experts' evaluation and the held-out evaluation (``rsi.search``).
+Not here: the fixed experts' evaluation and the held-out evaluation (``rsi.cache.search``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The plan (:func:`plan_evaluations`) counts what the config asks for: every expert on both
 splits, every program (seeds, imported front, ``per_generation`` proposals per generation)
 tuned with ``trials`` trials on every train task, and up to ``heldout_front`` front members plus
-one match per expert (``rsi.headline.heldout_targets``) on the held-out split per generation. It
+one match per expert (``rsi.cache.headline.heldout_targets``) on the held-out split per generation. It
 is an upper bound: a pruned trial stops after the fidelity tasks, a refused program runs nothing,
 a trial may repeat parameters. The loop settles each unit (:meth:`SearchProgress.unit`) when it
 ends, so the total shrinks to what actually ran and the bar ends full.

@@ -2,7 +2,7 @@
 
 Figures: the cost vs pass-rate plane (train and held-out) with the evolved front and the expert
 policies; hypervolume per generation; the lineage of the best policy; per-family pass rates.
-The headline comes from ``headline.json`` (``rsi.headline``): the best evolved policy against
+The headline comes from ``headline.json`` (``rsi.cache.headline``): the best evolved policy against
 each expert (fixed and tuned, and the tuning-only arm's choice) on held-out, paired over tasks with
 95% bootstrap intervals, with a verdict in words: which comparisons are significant, or plainly that
 nothing beat the experts; then the headroom (the oracle and the rolling-drop bounds, the share of
@@ -22,8 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from rsi.archive import Archive, Candidate, Status
-from rsi.headline import headline_lines, headroom_line, read_headline, read_headroom
-from rsi.proposer_report import proposer_section
+from rsi.cache.headline import headline_lines, headroom_line, read_headline, read_headroom
+from rsi.cache.proposer_report import proposer_section
 from rsi.reporting import Marker, front_points, hypervolume_figure, img, plane, table
 
 EXPERT_STYLE = {"full": ("s", "#444444"), "rolling_drop": ("D", "#d62728"), "standard": ("^", "#1f77b4"),

@@ -9,10 +9,10 @@ same UCB1 bandit as the mutation operators (``rsi.proposers.bandit``, proposals 
 
 - ``grow``: add a drop rule. Candidates are conjunctions of a role or tool test and one or two
   numeric or flag tests; each is scored on the train tasks against the hindsight oracle
-  (:func:`rsi.proposers.hindsight.drop_gain`: token-reads saved on messages the oracle drops,
+  (:func:`rsi.cache.hindsight.drop_gain`: token-reads saved on messages the oracle drops,
   needed messages newly harmed), and the best ones are tried.
 - ``protect``: add a keep rule in front, scored by the needed messages the parent drops that it
-  would protect and the reads it would add (:func:`rsi.proposers.hindsight.keep_gain`).
+  would protect and the reads it would add (:func:`rsi.cache.hindsight.keep_gain`).
 - ``mutate``: replace a subtree of one rule (another feature, the other comparison, a negation,
   a widened or narrowed tool set).
 - ``crossover``: the parent's rules with a rule of a second synthesized parent.
@@ -21,7 +21,7 @@ same UCB1 bandit as the mutation operators (``rsi.proposers.bandit``, proposals 
 A parent that is not a rule program (a seed) is read as the expert's structure (``rules.rolling``:
 drop a tool response once K newer ones arrived, K its own ``keep_tool_responses`` when it has one)
 and edited from there. Each operator makes up to ``candidates`` structures; every one is rendered,
-checked, smoke-run, and its behaviour fingerprinted (``rsi.fingerprint``: its decisions on the smoke
+checked, smoke-run, and its behaviour fingerprinted (``rsi.cache.fingerprint``: its decisions on the smoke
 episodes at its defaults and at two draws of its space): a structure whose fingerprint equals a
 program the search already has is discarded and counted (``ProposerStats.operators[op]``,
 ``duplicates``). The rest are screened without a forward
@@ -43,10 +43,10 @@ from typing import Any
 import optuna
 
 from rsi.archive import Archive
-from rsi.fingerprint import behaviour
+from rsi.cache.fingerprint import behaviour
+from rsi.cache.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
-from rsi.proposers.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
 from rsi.proposers.mutation import source_hash
 from search_spaces import Episode, check_program, run_program, suggest_params
 from search_spaces.cache import rules

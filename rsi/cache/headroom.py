@@ -3,7 +3,7 @@
 On every held-out task, with the model: the hindsight oracle and the rolling-drop bounds
 (``evals.cache.headroom``, through the search's executor and store), beside the full cache, the
 tuned seed program and the best evolved policy. The *tuned seed* is the tuning-only arm's choice
-when the search ran it (``rsi.ablation``), else the cheapest generation-0 seed candidate that
+when the search ran it (``rsi.cache.ablation``), else the cheapest generation-0 seed candidate that
 matches the full cache on train (else the most accurate); the *best evolved* is the headline's
 choice against it (the cheapest evolved candidate that matches it on train). Then::
 
@@ -24,13 +24,13 @@ from evals.cache.headroom import measure_headroom
 from evals.cache.oracle import OracleConfig, violations
 from evals.paired import PairingError, pair_results, paired_bootstrap
 from evals.tasks.schema import Task
-from rsi.ablation import ARM
 from rsi.archive import Candidate
-from rsi.headline import TrainMatch, choose_on_train
+from rsi.cache.ablation import ARM
+from rsi.cache.headline import TrainMatch, choose_on_train
 from rsi.metrics import aggregate
 
 if TYPE_CHECKING:
-    from rsi.search import Search
+    from rsi.cache.search import Search
 
 HEADROOM_FILE = "headroom.json"
 

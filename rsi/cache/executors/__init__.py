@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rsi.executors.base import EvalRequest, Executor, ReplicaStats
+from rsi.cache.executors.base import EvalRequest, Executor, ReplicaStats
 
 if TYPE_CHECKING:
     from evals.cache.evaluator import EvalConfig
@@ -24,14 +24,14 @@ def make_executor(config: SearchConfig, eval_config: EvalConfig, store: EvalStor
     replica actors, each with its own engine or server.
     """
     if config.executor.kind == "ray":
-        from rsi.executors.ray_executor import RayExecutor
+        from rsi.cache.executors.ray_executor import RayExecutor
 
         return RayExecutor(config, eval_config, store, run_dir, progress=progress)
-    from rsi.executors.local import LocalExecutor
+    from rsi.cache.executors.local import LocalExecutor
 
     m = config.model
     if config.executor.backend == "remote":
-        from rsi.executors.remote import RemoteReplica, server_spec
+        from rsi.cache.executors.remote import RemoteReplica, server_spec
 
         replica = RemoteReplica(model_spec(config), eval_config, server_spec(config.executor, 0, run_dir, config.dtype))
         return LocalExecutor(None, eval_config, store, progress=progress, evaluator=replica)

@@ -8,7 +8,7 @@ keeps its candidates in an archive of its own (``ablation.json``), so nothing it
 evolved front. Same seed, same tasks, same cascade, same model budget.
 
 Its choice is made on train as the headline makes every choice: the cheapest candidate of the arm
-that matches the full cache on train (``rsi.headline.TrainMatch``), else its most accurate. The
+that matches the full cache on train (``rsi.cache.headline.TrainMatch``), else its most accurate. The
 choice is evaluated on held-out and joins the run's archive as the comparator ``tuning-only``
 (an expert entry, outside the evolved front), so ``headline.json`` pairs the evolved policy chosen
 against it over held-out tasks, and ``akv pool`` pools those rows across runs.
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rsi.archive import Archive, Candidate
-from rsi.headline import TrainMatch, choose_on_train, heldout_targets
+from rsi.cache.headline import TrainMatch, choose_on_train, heldout_targets
 from rsi.loop import ARM, run_arm
 from rsi.metrics import aggregate
 from search_spaces import seed_source
 
 if TYPE_CHECKING:
-    from rsi.search import Search
+    from rsi.cache.search import Search
 
 ABLATION_FILE = "ablation.json"
 

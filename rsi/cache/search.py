@@ -32,19 +32,19 @@ from evals.cache.probes import ProbeFormat
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id
+from rsi.cache.executors.base import EvalRequest, Executor
+from rsi.cache.expert_tuning import TUNED, tunable, tune_expert
+from rsi.cache.fingerprint import behaviour
+from rsi.cache.headline import TrainMatch, build_headline, heldout_targets, write_headline
+from rsi.cache.hindsight import Hindsight, build_hindsight
+from rsi.cache.niches import NicheMap, choose_parents, niche_map, write_niches
+from rsi.cache.progress import SearchProgress, plan_evaluations
+from rsi.cache.synthesis import SynthesisProposer
 from rsi.config import ConfigError, SearchConfig, config_from_dict
-from rsi.executors.base import EvalRequest, Executor
-from rsi.expert_tuning import TUNED, tunable, tune_expert
-from rsi.fingerprint import behaviour
-from rsi.headline import TrainMatch, build_headline, heldout_targets, write_headline
 from rsi.loop import admit, generation
 from rsi.metrics import aggregate
-from rsi.niches import NicheMap, choose_parents, niche_map, write_niches
-from rsi.progress import SearchProgress, plan_evaluations
 from rsi.proposers.base import ParentView, Proposal, Proposer
-from rsi.proposers.hindsight import Hindsight, build_hindsight
 from rsi.proposers.mutation import source_hash
-from rsi.proposers.synthesis import SynthesisProposer
 from rsi.rundir import RunDir, RunDirError, read_json
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
@@ -52,7 +52,7 @@ from rsi.tuning import Screen, TuneResult, make_storage, tune
 from search_spaces import Episode, run_program, seed_source
 
 log = logging.getLogger("akv.search")
-parse_expert = PolicySpec.parse  # (the expert notation belongs to evals; kept here for callers of rsi.search)
+parse_expert = PolicySpec.parse  # (the expert notation belongs to evals; kept here for callers of rsi.cache.search)
 __all__ = ["Search", "SearchResult", "load_run_config", "parse_expert", "select_tasks"]
 
 
@@ -145,12 +145,12 @@ class Search:
     def executor(self) -> Executor:
         if self._executor is None:
             if self._engine is not None:
-                from rsi.executors.local import LocalExecutor
+                from rsi.cache.executors.local import LocalExecutor
 
                 self._executor = LocalExecutor(self._engine, self.eval_config, self.store,
                                                progress=not self.progress.drawn)
             else:
-                from rsi.executors import make_executor
+                from rsi.cache.executors import make_executor
 
                 self._executor = make_executor(self.config, self.eval_config, self.store, self.run_dir,
                                                progress=not self.progress.drawn)
@@ -276,12 +276,12 @@ class Search:
             for g in range(1, cfg.generations + 1):
                 generation(self, g, proposer)
             if cfg.ablation:
-                from rsi.ablation import run_tuning_arm
+                from rsi.cache.ablation import run_tuning_arm
 
                 self.phase = "tuning-only"
                 run_tuning_arm(self)
             if cfg.oracle.heldout:
-                from rsi.headroom import measure_search_headroom
+                from rsi.cache.headroom import measure_search_headroom
 
                 self.phase = "headroom"
                 self.headroom = measure_search_headroom(self)
@@ -348,7 +348,8 @@ class Search:
                       f"{m_held.cost_cents_mean:.4f}c")
 
     def _tune_experts(self) -> None:
-        """Tune each tunable expert's setting on train (``rsi.expert_tuning``), evaluate the choice on held-out."""
+        """Tune each tunable expert's setting on train (``rsi.cache.expert_tuning``); evaluate the choice
+        on held-out."""
         seen: set[str] = set()
         for text in self.config.experts:
             spec = parse_expert(text)
@@ -509,7 +510,7 @@ class Search:
         return self.config.generations
 
     def parents(self) -> list[ParentView]:
-        # The front, then diversity niches' elites (rsi.niches), then the best by pass rate.
+        # The front, then diversity niches' elites (rsi.cache.niches), then the best by pass rate.
         chosen = choose_parents(self.archive, self.niches, self.config.proposer.parents)
         return [ParentView(c, self._source(c.program), self.feedback(c)) for c in chosen]
 
@@ -581,7 +582,7 @@ class Search:
 
     def _behaves_as(self, sha: str, source: str) -> str | None:
         """The program already in the search that decides as ``source`` does on the train episodes
-        (``rsi.fingerprint.behaviour``), or ``None``; ``source``'s fingerprint is recorded."""
+        (``rsi.cache.fingerprint.behaviour``), or ``None``; ``source``'s fingerprint is recorded."""
         if not self.smoke:
             return None
         mark = behaviour(source, {}, self.smoke)
@@ -665,7 +666,7 @@ class Search:
 
     def _hindsight_report(self, c: Candidate) -> list[dict[str, Any]]:
         """What ``c`` kept that the oracle dropped and dropped that it needed, per train task, worst first."""
-        from rsi.proposers.hindsight import TaskFeatures, drops_of, report
+        from rsi.cache.hindsight import TaskFeatures, drops_of, report
 
         assert self.hindsight is not None
         run = run_program(self._source(c.program), dict(c.params), list(self.hindsight.episodes))
@@ -710,7 +711,7 @@ class Search:
         return None if any(r is None for r in results) else [r for r in results if r is not None]
 
     def _report(self) -> list[Path]:
-        from rsi.report import write_report
+        from rsi.cache.report import write_report
 
         try:
             return write_report(self.run_dir)

@@ -10,7 +10,7 @@ task (``routing.Router``), keeps at most one evaluation in flight per replica, a
   evaluation (up to ``MAX_ATTEMPTS``); results are written once, keyed by the evaluation key, so a
   retry never double counts.
 
-With ``executor.backend: remote`` each actor is an ``rsi.executors.remote.RemoteReplica``: it
+With ``executor.backend: remote`` each actor is an ``rsi.cache.executors.remote.RemoteReplica``: it
 launches a server process from ``executor.server_command`` on its GPU (or attaches to one of
 ``executor.server_urls``) and evaluates through ``engine.remote.RemoteEngine``.
 
@@ -33,8 +33,8 @@ from tqdm import tqdm
 
 from evals.cache.evaluator import CostBreakdown, EvalConfig, PolicySpec, TaskResult
 from evals.tasks.schema import Task
-from rsi.executors.base import EvalRequest, Executor, ReplicaStats
-from rsi.executors.routing import Router
+from rsi.cache.executors.base import EvalRequest, Executor, ReplicaStats
+from rsi.cache.executors.routing import Router
 from rsi.store import EvalStore
 
 log = logging.getLogger("akv.ray")
@@ -112,7 +112,7 @@ class RayExecutor(Executor):
         ex = config.executor
         self._owns_ray = init_ray(ex.ray_address,
                                   num_cpus=max(os.cpu_count() or 1, ex.replicas * max(1, ex.threads_per_replica)))
-        from rsi.executors import model_spec
+        from rsi.cache.executors import model_spec
 
         device = "cuda" if ex.gpus_per_replica else "cpu"
         model = model_spec(config)
@@ -121,7 +121,7 @@ class RayExecutor(Executor):
         options = {"name": None, "num_cpus": max(1, ex.threads_per_replica), "num_gpus": ex.gpus_per_replica}
         if self.remote_backend:
             # Each actor launches its server (on the GPU Ray gave it) and evaluates through RemoteEngine.
-            from rsi.executors.remote import RemoteReplica, server_spec
+            from rsi.cache.executors.remote import RemoteReplica, server_spec
 
             actor: Any = ray.remote(max_restarts=-1, max_task_retries=0)(RemoteReplica)
             self.actors: dict[str, Any] = {
@@ -141,7 +141,7 @@ class RayExecutor(Executor):
             ray.get([a.pid.remote() for a in self.actors.values()])  # wait until every engine is loaded
         except ray.exceptions.RayActorError as err:  # an engine or server that cannot start is not retried
             self.close()
-            from rsi.executors.launcher import LaunchError
+            from rsi.cache.executors.launcher import LaunchError
 
             raise LaunchError(f"a replica could not start: {err}", field="executor", value=None) from err
 

@@ -10,12 +10,13 @@ from tqdm import tqdm
 from engine.interface import ChatEngine
 from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult
 from evals.tasks.schema import Task
-from rsi.executors.base import EvalRequest, Executor, ReplicaStats
+from rsi.cache.executors.base import EvalRequest, Executor, ReplicaStats
 from rsi.store import EvalStore
 
 
 class Evaluator(Protocol):
-    """Evaluates one policy on one task (``evals.cache.evaluator.Replay``, ``rsi.executors.remote.RemoteReplica``)."""
+    """Evaluates one policy on one task (``evals.cache.evaluator.Replay``,
+    ``rsi.cache.executors.remote.RemoteReplica``)."""
 
     def evaluate(self, spec: PolicySpec, task: Task) -> TaskResult: ...
 

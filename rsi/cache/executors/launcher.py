@@ -1,6 +1,6 @@
 """Launch, watch and stop one engine server process (``akv serve``, SGLang, AKV's SGLang).
 
-:class:`ServerProcess` is plain Python (tested without Ray); ``rsi.executors.remote`` runs it
+:class:`ServerProcess` is plain Python (tested without Ray); ``rsi.cache.executors.remote`` runs it
 inside each Ray replica actor, on the actor's GPU. Lifecycle::
 
     NEW --start()--> STARTING --/health 200--> HEALTHY --process exits--> CRASHED
@@ -8,7 +8,7 @@ inside each Ray replica actor, on the actor's GPU. Lifecycle::
                         v                                   ensure_running() / watchdog: restart
     STOPPED <--stop(): SIGTERM to the process group, SIGKILL after grace_s--- any state
 
-- The command comes from a :class:`rsi.command.CommandTemplate` (``{port}``, ``{gpu}``,
+- The command comes from a :class:`rsi.cache.command.CommandTemplate` (``{port}``, ``{gpu}``,
   ``{model}``, ``{host}``, ``{python}``); ``CUDA_VISIBLE_DEVICES`` is set to the replica's GPU.
 - stdout and stderr are appended to ``log_path`` (one header line per start), never to a pipe
   that could fill up.
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from rsi.command import CommandTemplate
+from rsi.cache.command import CommandTemplate
 
 log = logging.getLogger("akv.launcher")
 
