@@ -28,7 +28,7 @@ Servers (``akv_extensions``: ``None`` detects ours by ``/v1/models`` ``owned_by 
   ignores drops must never score a drop policy. It serves full-cache and text baselines only.
 
 Not for: streaming to end users (``engine.remote.client.AKVClient``), or launching servers
-(``rsi.executors.launcher``).
+(``rsi.cache.executors.launcher``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The policy is a family name (``--policy``), several (``--compare``), a program file or a module
 written by ``akv export`` (``--program``: read, never imported; the program runs in the sandbox),
-or a candidate of a search run (``--run``/``--pick``, resolved by ``rsi.export.pick_spec``).
+or a candidate of a search run (``--run``/``--pick``, resolved by ``rsi.cache.export.pick_spec``).
 """
 
 from __future__ import annotations
