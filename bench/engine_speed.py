@@ -109,7 +109,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def bench_peak(eng: Engine, repeats: int, rows: tuple[int, ...] = (512, 2048), seconds: float = 0.3) -> dict[str, Any]:
-    """Sustained fp32 GEMM GFLOP/s at the model's projection shapes, and streaming read GB/s.
+    """Sustained GEMM GFLOP/s at the model's projection shapes (its dtype and device: fp32 on CPU by
+    default), and streaming read GB/s.
 
     Each shape runs over ``n_layers`` distinct weight matrices in turn (as a forward does), for
     about ``seconds`` per measurement; the figure per row count is the projections of all layers
@@ -117,15 +118,15 @@ def bench_peak(eng: Engine, repeats: int, rows: tuple[int, ...] = (512, 2048), s
     of those: the rate the prefill's projections could reach on this machine.
     """
     shape = DecoderShape.from_config(eng.model.config)
-    dtype = eng.model.dtype
+    dtype, device = eng.model.dtype, eng.model.device
     gen = torch.Generator().manual_seed(0)
-    weights = {name: [torch.randn(o, i, generator=gen, dtype=dtype) for _ in range(shape.n_layers)]
+    weights = {name: [torch.randn(o, i, generator=gen, dtype=dtype).to(device) for _ in range(shape.n_layers)]
                for name, (o, i) in shape.gemm_shapes().items()}
     per_rows: dict[str, Any] = {}
     for n in rows:
         per_shape, total_flops, total_s = {}, 0, 0.0
         for name, ws in weights.items():
-            x = torch.randn(n, ws[0].shape[1], generator=gen, dtype=dtype)
+            x = torch.randn(n, ws[0].shape[1], generator=gen, dtype=dtype).to(device)
             flops = 2 * n * ws[0].shape[0] * ws[0].shape[1] * len(ws)
 
             def layers(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
@@ -146,9 +147,9 @@ def bench_peak(eng: Engine, repeats: int, rows: tuple[int, ...] = (512, 2048), s
             total_flops += flops
             total_s += t
         per_rows[str(n)] = {"gflops": total_flops / total_s / 1e9, "per_shape_gflops": per_shape}
-        print(f"peak fp32 GEMM, {n} rows: {per_rows[str(n)]['gflops']:.1f} GFLOP/s  ("
+        print(f"peak {dtype} GEMM, {n} rows: {per_rows[str(n)]['gflops']:.1f} GFLOP/s  ("
               + ", ".join(f"{k} {v:.0f}" for k, v in per_shape.items()) + ")", flush=True)
-    buf = torch.ones(128 * 2**20, dtype=torch.float32)  # 512 MiB, far beyond the caches
+    buf = torch.ones(128 * 2**20, dtype=torch.float32, device=device)  # 512 MiB, far beyond the caches
     buf.sum()
     read_s = statistics.median(_timed(buf.sum)() for _ in range(max(3, repeats)))
     bandwidth = buf.numel() * 4 / read_s / 1e9
