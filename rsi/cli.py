@@ -32,11 +32,16 @@ def _check_serve_options(args: argparse.Namespace) -> None:
 
     if not 0 <= args.port <= 65535:
         raise AKVError(f"--port must be in [0, 65535], got {args.port}", field="port", value=args.port)
-    for flag in ("pool_gb", "host_gb", "snapshot_quota_gb"):
+    for flag in ("pool_gb", "host_gb", "snapshot_quota_gb", "key_rate"):
         value = getattr(args, flag)
         if not (math.isfinite(value) and value >= 0):
             name = "--" + flag.replace("_", "-")
             raise AKVError(f"{name} must be a finite number >= 0, got {value}", field=flag, value=value)
+    for flag in ("key_concurrency", "key_burst"):
+        if getattr(args, flag) < 0:
+            name = "--" + flag.replace("_", "-")
+            raise AKVError(f"{name} must be an integer >= 0 (0: no limit), got {getattr(args, flag)}", field=flag,
+                           value=getattr(args, flag))
 
 
 def _read_secret(path: str) -> bytes:
@@ -53,6 +58,7 @@ def _serve(args: argparse.Namespace) -> int:
     from engine.engine import Engine
     from engine.server import create_app, serve
     from engine.server.limits import ServerLimits
+    from engine.server.ratelimit import TenantLimits
     from engine.server.tenants import configure
     from engine.settings import settings
 
@@ -80,7 +86,8 @@ def _serve(args: argparse.Namespace) -> int:
                      timeout=args.timeout, aliases=(args.model,), survival=survival, tenants=tenants,
                      snapshot_secret=secret, snapshot_quota=quota,
                      limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_candidates=args.max_candidates,
-                                         max_score_tokens=args.max_score_tokens))
+                                         max_score_tokens=args.max_score_tokens),
+                     tenant_limits=TenantLimits(args.key_concurrency, args.key_rate, args.key_burst))
     keys = f"{len(tenants.names)} API key(s)" if tenants.keyed else "no API keys"
     print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots}; {keys})", flush=True)
     serve(app, args.host, args.port)
@@ -274,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-candidates", type=int, default=64, help="most candidates of one /v1/akv/score request")
     s.add_argument("--max-score-tokens", type=int, default=4096,
                    help="most candidate tokens (all candidates together) of one /v1/akv/score request")
+    s.add_argument("--key-concurrency", type=int, default=0,
+                   help="most model requests one API key may have in flight (429 beyond; 0: no limit)")
+    s.add_argument("--key-rate", type=float, default=0.0,
+                   help="requests a minute one API key may make (a token bucket; 429 with Retry-After beyond; 0: off)")
+    s.add_argument("--key-burst", type=int, default=0,
+                   help="the bucket's size for --key-rate (0: ten seconds' worth)")
     s.set_defaults(func=_serve)
 
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")

@@ -30,6 +30,7 @@ from engine.engine import Engine
 from engine.errors import AKVError, CapacityError
 from engine.server.limits import BodyLimitMiddleware, ServerLimits, install_error_shape
 from engine.server.prometheus import Metrics
+from engine.server.ratelimit import Gate, TenantLimitMiddleware, TenantLimits
 from engine.server.routes import ROUTERS
 from engine.server.scheduler import Scheduler, TimeoutError_
 from engine.server.served import Served, error_response, usage_json
@@ -44,7 +45,8 @@ __all__ = ["create_app", "usage_json"]
 def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64, max_batch: int = 8,
                timeout: float = 600.0, aliases: tuple[str, ...] = (), survival: SurvivalManager | None = None,
                tenants: Tenants | None = None, snapshot_secret: bytes | None = None,
-               snapshot_quota: int | None = None, limits: ServerLimits | None = None) -> FastAPI:
+               snapshot_quota: int | None = None, limits: ServerLimits | None = None,
+               tenant_limits: TenantLimits | None = None) -> FastAPI:
     """Build the app around ``engine`` (the scheduler starts with the app and stops with it).
 
     ``survival``: a :class:`engine.survival.SurvivalManager` over ``engine.tree`` (default: none).
@@ -52,6 +54,8 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
     anonymous tenant). ``snapshot_secret``: the HMAC key of snapshot files (default: a secret file
     generated in ``snapshot_dir``); ``snapshot_quota``: bytes of snapshots per tenant (default: no limit).
     ``limits``: body size, score candidates and tokens, JSON depth (``engine.server.limits``).
+    ``tenant_limits``: requests in flight and per minute for each API key (``engine.server.ratelimit``;
+    default: none).
     """
     limits = limits if limits is not None else ServerLimits()
     scheduler = Scheduler(engine, max_queue=max_queue, max_batch=max_batch, timeout=timeout, survival=survival)
@@ -74,8 +78,10 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
     app.state.engine = engine
     app.state.tenants = tenants
     app.state.limits = limits
+    app.state.gate = Gate(tenant_limits or TenantLimits())
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)  # 413 before reading a huge body
     install_error_shape(app)  # 404/405 and unexpected errors as OpenAI error objects
+    app.add_middleware(TenantLimitMiddleware, gate=app.state.gate)  # 429 beyond a key's limits, body unread
     app.add_middleware(AuthMiddleware, tenants=tenants)  # 401 without a valid key; request.state.tenant
     _install_error_handlers(app)
     for router in ROUTERS:
