@@ -32,8 +32,13 @@ unit: install
 
 test: lint typecheck unit
 
+# The speed goals (docs/results.md): every benchmark, then one table (bench/results/speed-summary.json).
 bench: install
-	$(PY) -m bench.engine_speed
+	$(PY) -m bench.engine_speed --peak --only throughput restore
+	$(PY) -m bench.eval_speed --max-task-tokens 2500
+	$(PY) -m bench.screen_speed --model-policies 2
+	$(PY) -m bench.server_limits --model gemma-3-270m --requests 8 --out bench/results/server-limits-gemma-3-270m.json
+	$(PY) -m bench.speed_summary $(if $(RUN),--run $(RUN))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,34 @@
+"""bench.speed_summary reads what the benchmarks wrote: a row per goal, met or not, a missing source
+a row without a value (never a guess)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.speed_summary import main, summary
+
+
+def test_rows_follow_the_sources_and_a_missing_one_is_a_missing_value(tmp_path, capsys):
+    (tmp_path / "engine-m.json").write_text(json.dumps({
+        "throughput": [{"context": 512, "prefill_tok_s_ours": 300.0, "prefill_tok_s_hf": 150.0,
+                        "prefill_share_of_peak": 0.6, "decode_ratio": 2.5},
+                       {"context": 2048, "prefill_ratio": 1.2, "prefill_share_of_peak": 0.4, "decode_ratio": 1.9}],
+        "restore": {"speedup_vs_reference": 3.5, "ratio_to_plain_prefill": 1.2}, "cpu_model": "X"}))
+    (tmp_path / "eval-throughput.json").write_text(json.dumps({"rows": [{"share": True, "evals_per_min": 20.0},
+                                                                         {"share": False, "evals_per_min": 4.0}]}))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "fidelity.json").write_text(json.dumps({"speed": {"ratio": 3500.0}}))
+    rows = {r["measure"]: r for r in summary(tmp_path, "m", run)}
+    assert rows["prefill vs HF at 512 tokens"]["value"] == 2.0 and rows["prefill vs HF at 512 tokens"]["met"]
+    assert not rows["prefill vs HF at 2048 tokens"]["met"] and rows["decode vs HF at 512 tokens of context"]["met"]
+    assert rows["prefill vs HF at 4096 tokens"]["value"] is None and not rows["prefill vs HF at 4096 tokens"]["met"]
+    assert rows["evaluations/min, radix sharing vs none"]["value"] == 5.0
+    assert rows["restore vs a plain prefill (time ratio)"]["met"] is False
+    assert rows["screen vs model inside a search"]["met"]
+    flood = [r for m, r in rows.items() if m.startswith("small-request p50")]
+    assert len(flood) == 2 and all(r["value"] is None and r["shown"] == "missing" for r in flood)
+    assert main(["--model", "m", "--results", str(tmp_path)]) == 0
+    written = json.loads((tmp_path / "speed-summary.json").read_text())
+    assert written["machine"]["cpu_model"] == "X" and len(written["rows"]) == len(rows)
+    assert "goals met" in capsys.readouterr().out
