@@ -212,7 +212,15 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _pool(args: argparse.Namespace) -> int:
     from rsi.cache.pooling import pool_runs, pooled_lines, write_pooled
+    from rsi.survival.pooling import is_survival_run
 
+    survival = [is_survival_run(Path(r)) for r in args.run_dirs]
+    if any(survival):
+        if not all(survival):
+            mixed = next(r for r, s in zip(args.run_dirs, survival, strict=True) if not s)
+            raise AKVError(f"{mixed} is not a survival evolution, the others are: pool runs of one track",
+                           field="run_dirs", value=mixed)
+        return _pool_survival(args)
     pooled = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
     print(f"each run's policy chosen on train, paired with each expert over that run's held-out tasks; pooled: "
           f"a bootstrap of {args.samples} resamples within each run (95% intervals)")
@@ -220,6 +228,19 @@ def _pool(args: argparse.Namespace) -> int:
         print(line)
     if args.out:
         print(f"wrote {write_pooled(args.out, pooled, args.run_dirs, samples=args.samples, seed=args.seed)}")
+    return 0
+
+
+def _pool_survival(args: argparse.Namespace) -> int:
+    from rsi.survival.pooling import pool_survival_runs, survival_pooled_lines, write_survival_pooled
+
+    pooled = pool_survival_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
+    print(f"each run's best evolved program chosen on train, paired with its comparator over that run's held-out "
+          f"traces; pooled: a bootstrap of {args.samples} resamples within each run (95% intervals; lower is better)")
+    for line in survival_pooled_lines(pooled):
+        print(line)
+    if args.out:
+        print(f"wrote {write_survival_pooled(args.out, pooled, args.run_dirs, samples=args.samples, seed=args.seed)}")
     return 0
 
 
@@ -382,7 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     pool.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     pool.add_argument("--versus", default=None,
                       help="pool only the comparison with this comparator (e.g. tuning-only: the evolved choice "
-                           "against the ablation arm's tuned seed program; every run must have it)")
+                           "against the ablation arm's tuned seed program; every run must have it). Survival "
+                           "evolutions (akv survival-search --evolve) pool over traces: family or tuning-only")
     pool.set_defaults(func=_pool)
 
     x = sub.add_parser("export", help="write a chosen policy as a standalone module")

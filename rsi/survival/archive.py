@@ -157,16 +157,36 @@ def paired_over_traces(a: Sequence[float], b: Sequence[float], *, samples: int, 
     Raises:
         PairingError: lengths differ, no traces, a value is not finite, or ``samples`` < 100.
     """
-    if len(a) != len(b) or not a:
-        raise PairingError(f"need the same non-zero number of traces on both sides, got {len(a)} and {len(b)}",
-                           field="traces", value=len(a))
-    if not isinstance(samples, int) or samples < 100:
+    return pooled_over_traces([(a, b)], samples=samples, seed=seed)
+
+
+def pooled_over_traces(groups: Sequence[tuple[Sequence[float], Sequence[float]]], *, samples: int,
+                       seed: int) -> PairedMetric:
+    """:func:`paired_over_traces` over the union of ``groups`` (each a run's paired traces), each
+    resample drawing every group's traces from that group, in order (``evals.paired.pooled_bootstrap``'s
+    stratified draw; one group gives exactly :func:`paired_over_traces`).
+
+    Raises:
+        PairingError: no group, a group whose sides differ in length or are empty, a value that is not
+            finite, or ``samples`` < 100.
+    """
+    if not groups:
+        raise PairingError("no comparisons to pool", field="groups", value=0)
+    for a, b in groups:
+        if len(a) != len(b) or not a:
+            raise PairingError(f"need the same non-zero number of traces on both sides, got {len(a)} and {len(b)}",
+                               field="traces", value=len(a))
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 100:
         raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
-    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    x = np.concatenate([np.asarray(a, dtype=np.float64) for a, _ in groups])
+    y = np.concatenate([np.asarray(b, dtype=np.float64) for _, b in groups])
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise PairingError("every per-trace value must be finite", field="traces", value=None)
     n = len(x)
-    idx = np.random.default_rng(seed).integers(0, n, size=(samples, n))
+    rng = np.random.default_rng(seed)
+    offsets = np.cumsum([0] + [len(a) for a, _ in groups])
+    idx = np.concatenate([offsets[i] + rng.integers(0, len(a), size=(samples, len(a)))
+                          for i, (a, _) in enumerate(groups)], axis=1)
     boot = x[idx].mean(-1) - y[idx].mean(-1)
     lo, hi = np.quantile(boot, [0.025, 0.975])
     sa, sb = x[idx].sum(-1), y[idx].sum(-1)

@@ -18,7 +18,7 @@ from evals.survival import load_trace, simulate
 from rsi.archive import Status
 from rsi.cli import main
 from rsi.proposers.base import ParentView, Proposal, Proposer
-from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, paired_over_traces
+from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, paired_over_traces, pooled_over_traces
 from rsi.survival.config import EvolveConfigError, config_from_dict, load_config
 from rsi.survival.evolve import SurvivalEvolution
 from rsi.survival.proposer import Recorder, SurvivalMutationProposer, record_requests
@@ -322,10 +322,19 @@ def test_llm_proposer_writes_survival_programs_through_the_loop(tmp_path):
     assert stats["operators"] == {"refine": {"attempts": 1, "valid": 1}, "rewrite": {"attempts": 1, "valid": 0}}
 
 
-def test_the_tuning_only_arm_spends_the_generations_simulations_and_is_compared(tmp_path):
-    raw = {**TINY, "ablation": True}
-    evo = SurvivalEvolution(config_from_dict(raw), tmp_path / "run")
-    res = evo.run()
+@pytest.fixture(scope="module")
+def ablation_runs(tmp_path_factory):
+    """Two evolutions with the tuning-only arm, held out on distinct traces (the pool's input)."""
+    root = tmp_path_factory.mktemp("survival-ablation")
+    first = SurvivalEvolution(config_from_dict({**TINY, "ablation": True}), root / "a").run()
+    other = {**TINY, "ablation": True, "seed": 1, "optuna": {"trials": 2},
+             "heldout": {**TINY["heldout"], "seeds": [110, 111, 112]}}
+    second = SurvivalEvolution(config_from_dict(other), root / "b").run()
+    return first, second
+
+
+def test_the_tuning_only_arm_spends_the_generations_simulations_and_is_compared(ablation_runs):
+    res = ablation_runs[0]
     ablation = json.loads((res.run_dir / "ablation.json").read_text())
     assert ablation["budget"] > 0 and ablation["spent"] >= ablation["budget"]
     assert {c["proposer"] for c in ablation["candidates"]} <= {"seed", "tuning-only"}
@@ -339,3 +348,52 @@ def test_the_tuning_only_arm_spends_the_generations_simulations_and_is_compared(
     assert set(head["ablation"]["metrics"]) == {TTFT, RECOMPUTE}
     with pytest.raises(EvolveConfigError, match="ablation must be true or false"):
         config_from_dict({**TINY, "ablation": "yes"})
+
+
+def test_pooled_traces_are_resampled_within_each_run():
+    # Run 1's traces differ by -1 each, run 2's by -3: every stratified resample's mean difference is
+    # exactly -2 (each run keeps its 3 traces); resampling the union would spread it from -3 to -1.
+    a1, a2 = [1.0, 2.0, 3.0], [10.0, 20.0, 30.0]
+    d = pooled_over_traces([(a1, [x + 1 for x in a1]), (a2, [x + 3 for x in a2])], samples=500, seed=3)
+    assert d.delta == pytest.approx(-2) and d.delta_ci95 == pytest.approx((-2, -2)) and d.n_traces == 6
+    assert d.delta_pct == pytest.approx(100 * (66 / 78 - 1))
+    one = pooled_over_traces([(a1, a2)], samples=500, seed=3).to_dict()
+    assert one == paired_over_traces(a1, a2, samples=500, seed=3).to_dict()
+    with pytest.raises(AKVError, match="no comparisons to pool"):
+        pooled_over_traces([], samples=500, seed=3)
+
+
+def test_akv_pool_pools_survival_runs_over_their_traces(ablation_runs, tmp_path, capsys):
+    a, b = (r.run_dir for r in ablation_runs)
+    out = tmp_path / "pooled.json"
+    assert main(["pool", str(a), str(b), "--samples", "300", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "vs the tuning-only arm's best (tuning-only)" in printed and "12 traces" in printed
+    pooled = {c["versus"]: c for c in json.loads(out.read_text())["comparisons"]}
+    assert set(pooled) == {"family", "tuning-only"}
+    for versus, key in (("family", None), ("tuning-only", "ablation")):
+        rows = [h if key is None else h[key] for h in (r.headline for r in ablation_runs)]
+        policy = [x[RECOMPUTE] for row in rows for x in row["per_trace"]["policy"]]
+        other = [x[RECOMPUTE] for row in rows for x in row["per_trace"]["versus"]]
+        got = pooled[versus]["metrics"][RECOMPUTE]
+        assert got["n_traces"] == 12 and got["delta"] == pytest.approx(np.mean(policy) - np.mean(other))
+        if sum(other) > 0:
+            assert got["delta_pct"] == pytest.approx(100 * (sum(policy) / sum(other) - 1))
+        assert got["delta_ci95"][0] <= got["delta"] + 1e-9 <= got["delta_ci95"][1] + 2e-9
+    assert main(["pool", str(a), str(b), "--versus", "family", "--samples", "300"]) == 0
+    assert "tuning-only" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case, words", [("twice", "given twice"), ("copy", "pooled traces must be distinct"),
+                                         ("mixed", "pool runs of one track"), ("versus", "not 'expert:full'")])
+def test_akv_pool_refuses_bad_survival_sets(ablation_runs, tmp_path, capsys, case, words):
+    import shutil
+
+    a = ablation_runs[0].run_dir
+    args = {"twice": [str(a), str(a)], "mixed": [str(a), str(tmp_path)],
+            "versus": [str(a), "--versus", "expert:full"]}.get(case)
+    if case == "copy":
+        shutil.copytree(a, tmp_path / "copy")
+        args = [str(a), str(tmp_path / "copy")]
+    assert main(["pool", *args, "--samples", "300"]) == 2
+    assert words in capsys.readouterr().err
