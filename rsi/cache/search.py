@@ -702,6 +702,8 @@ class Search:
         write_headline(self.run_dir, build_headline(self.archive, self._heldout_results, self._train_results,
                                                     samples=self.config.bootstrap_samples, seed=self.config.seed),
                        getattr(self, "headroom", None))
+        if self.config.cascade.enabled:  # the speed counts include the held-out evaluations made after the screens
+            self._write_fidelity()
         if self._executor is not None:
             self.files.write("replicas.json", self._executor.stats())
 
