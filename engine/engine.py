@@ -536,10 +536,13 @@ class Engine:
     def _check_length(self, history: History, extra: int) -> None:
         self._check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)
 
-    def _check_reach(self, reach: int, extra: int) -> None:
+    def _check_reach(self, reach: int, extra: int, *, at_least: bool = False) -> None:
+        """Refuse ``reach`` positions plus ``extra`` beyond the window; ``at_least``: ``reach`` is a
+        lower bound (same error, the message says so)."""
         if reach + extra > self.max_context:
+            how = "at least position" if at_least else "position"
             raise ContextLengthError(
-                f"the prompt reaches position {reach} and asks for {extra} more tokens, beyond the "
+                f"the prompt reaches {how} {reach} and asks for {extra} more tokens, beyond the "
                 f"context window of {self.max_context}", field="messages", value=reach + extra)
 
     def check_fits(self, n_messages: int, schedule: Schedule, extra_tokens: int = 0) -> None:
@@ -553,6 +556,25 @@ class Engine:
         """
         if not schedule.repositions:
             self._check_reach(n_messages, extra_tokens)
+
+    def check_prompt_fits(self, messages: Sequence[Any], schedule: Schedule, prefix: str = "",
+                          extra_tokens: int = 0) -> None:
+        """Check every message's shape and refuse, before tokenizing, a prompt whose length alone
+        proves it cannot fit the window (milliseconds for a 3 MB prompt that takes seconds to tokenize).
+
+        Without repositions the prompt reaches at least as many positions as it has tokens, and
+        the tokenizer's length bound (``engine.tokenbound``; none for a tokenizer that may drop
+        input) never exceeds their number, so only a request that would be refused after
+        tokenizing is refused here, with the same error. The server calls this on its pool
+        threads; :meth:`prepare` does not (trusted callers tokenize anyway).
+
+        Raises:
+            MessageError: a malformed message (as :meth:`prepare` would raise).
+            ContextLengthError: the bound plus ``extra_tokens`` is beyond the window.
+        """
+        floor = self.renderer.min_tokens(messages, prefix)
+        if floor is not None and not schedule.repositions:
+            self._check_reach(floor, extra_tokens, at_least=True)
 
     def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
               prepared: Prepared | None = None, **options: Unpack[ChatOptions]) -> Generation:

@@ -25,6 +25,7 @@ from engine.errors import MessageError, ScheduleError
 from engine.history import REPOSITION, Drop, Item, Reposition, event_indices, merge_ranges
 from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
 from engine.template import ChatTemplate, get_template, normalize_message
+from engine.tokenbound import TokenBound, token_bound
 
 
 class Tokenizer(Protocol):
@@ -166,6 +167,32 @@ class Renderer:
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    @property
+    def token_bound(self) -> TokenBound | None:
+        """The tokenizer's lower bound on tokens from text length (``engine.tokenbound``), if proven."""
+        return token_bound(self.tokenizer)
+
+    def min_tokens(self, messages: Sequence[Any], prefix: str = "") -> int | None:
+        """A lower bound on ``len(render(messages).token_ids)`` plus the tokens of ``prefix``, from the
+        text's length alone (milliseconds for megabytes); ``None`` if the tokenizer has no proven bound
+        (the messages are checked all the same).
+
+        Raises:
+            MessageError: for an empty list or a malformed message, as :meth:`render` would.
+        """
+        if not isinstance(messages, Sequence) or isinstance(messages, str | bytes) or not messages:
+            raise MessageError("messages must be a non-empty list", field="messages", value=messages)
+        normalized = [normalize_message(m, i) for i, m in enumerate(messages)]
+        bound = self.token_bound
+        if bound is None:
+            return None
+        n = len(self.prompt_ids) + bound.at_least(prefix)
+        if self.template.bos and self.tokenizer.bos_token_id is not None:
+            n += 1
+        for i, msg in enumerate(normalized):
+            n += sum(bound.at_least(p.text) for p in self.template.parts(msg, i))  # each part is encoded alone
+        return n
 
     def message_parts(self, message: Mapping[str, Any], index: int) -> list[tuple[str, list[int]]]:
         """The (kind, token ids) parts of one normalized message; message 0 starts with BOS."""

@@ -72,6 +72,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
         finally:
             scheduler.stop()
 
+    _ = engine.renderer.token_bound  # built now (once per tokenizer), not on the first request
     app = FastAPI(title="AKV engine", lifespan=lifespan)
     app.state.served = served
     app.state.scheduler = scheduler

@@ -3,7 +3,8 @@
 The engine runs on one worker thread (``engine.server.scheduler``); everything a request needs
 that does not touch the radix tree or the model (normalizing messages, parsing the schedule,
 checking the session, tokenizing, replaying the event history, the context-length and score
-limits) runs here instead, on a pool thread (``asyncio.to_thread``), so that a huge or hopeless
+limits, cheapest first: a prompt too long by its message count or its length in bytes is refused
+before tokenizing) runs here instead, on a pool thread (``asyncio.to_thread``), so that a huge or hopeless
 request is refused without stalling other clients. The engine thread gets an
 :class:`engine.engine.Prepared` and starts at the tree.
 """
@@ -19,7 +20,6 @@ from engine.schedule import Schedule, parse_schedule
 from engine.server.limits import ServerLimits
 from engine.server.schemas import ChatRequest, ScoreRequest
 from engine.server.sessions import Sessions
-from engine.template import normalize_message
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,13 @@ class PreparedChat:
     prepared: Prepared
 
 
-def _schedule(engine: Engine, messages: list, body: dict, extra_tokens: int) -> Schedule:
-    """Parse the schedule, refuse what cannot fit the window (cheap checks first), normalize messages."""
+def _schedule(engine: Engine, messages: list, body: dict, prefix: str, extra_tokens: int) -> Schedule:
+    """Parse the schedule, refuse what cannot fit the window (cheap checks first), check messages."""
     if not messages:
         raise MessageError("messages: must be a non-empty list", field="messages", value=[])
     schedule = parse_schedule(body, n_messages=len(messages))
     engine.check_fits(len(messages), schedule, extra_tokens)  # 100k messages: 413 before touching them
-    for i, m in enumerate(messages):
-        normalize_message(m, i)
+    engine.check_prompt_fits(messages, schedule, prefix, extra_tokens)  # a 3 MB prompt: 413 before tokenizing
     return schedule
 
 
@@ -55,7 +54,7 @@ def prepare_chat(engine: Engine, req: ChatRequest, sessions: Sessions, session: 
             history (400), a prompt plus ``max_tokens`` beyond the context window (413).
     """
     SamplingParams(max_tokens, req.temperature, req.top_p, req.seed)  # fail fast, before tokenizing
-    schedule = _schedule(engine, req.messages, req.schedule(), max_tokens)
+    schedule = _schedule(engine, req.messages, req.schedule(), req.prefix, max_tokens)
     sessions.check(session, req.messages, schedule)
     prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, salt=salt, extra_tokens=max_tokens)
     return PreparedChat(schedule, prepared)
@@ -69,7 +68,7 @@ def prepare_score(engine: Engine, req: ScoreRequest, limits: ServerLimits, salt:
         AKVError subclasses: bad messages, schedule or candidates (400), too long a prompt (413).
     """
     limits.check_candidates(len(req.candidates))
-    schedule = _schedule(engine, req.messages, req.schedule(), 1)
+    schedule = _schedule(engine, req.messages, req.schedule(), req.prefix, 1)
     prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, candidates=req.candidates, salt=salt)
     limits.check_score_tokens(prepared.scored_tokens)
     return prepared

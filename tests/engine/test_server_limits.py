@@ -249,10 +249,12 @@ class SpyTokenizer:
     def __init__(self, inner):
         self._inner = inner
         self.encode_threads: list[str] = []
+        self.encoded_chars: list[int] = []
 
-    def encode(self, *args, **kwargs):
+    def encode(self, text, *args, **kwargs):
         self.encode_threads.append(threading.current_thread().name)
-        return self._inner.encode(*args, **kwargs)
+        self.encoded_chars.append(len(text))
+        return self._inner.encode(text, *args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
@@ -274,6 +276,34 @@ def test_prompts_are_tokenized_off_the_engine_thread(tiny, tmp_path):
         score = httpx.post(srv.base_url + "/v1/akv/score", json={"messages": HI, "candidates": [" a", " b"]})
         assert score.status_code == 200
         assert spy.encode_threads and "akv-engine" not in spy.encode_threads, set(spy.encode_threads)
+
+
+def test_a_prompt_too_long_by_its_bytes_is_refused_without_tokenizing_it(tiny, tmp_path):
+    # 'lorem ipsum ' * 5000 (60 KB) needs at least ~1,400 tokens by its length: beyond 512 positions,
+    # refused before the tokenizer sees it; 'a' * 5000 has a bound under 512 (one 48-byte token could
+    # cover 48 a's) but encodes to more: refused after tokenizing. Both refusals have the same shape.
+    spy = SpyTokenizer(tiny.tokenizer)
+    eng = Engine(tiny.model, spy, "gemma", max_context=512, name="tiny-random")
+    with ServerThread(create_app(eng, snapshot_dir=tmp_path)) as srv:
+        spy.encoded_chars.clear()
+        lorem = [{"role": "user", "content": "lorem ipsum " * 5000}]
+        by_bytes = httpx.post(srv.base_url + CHAT, json={"messages": lorem, "max_tokens": 2}, timeout=120)
+        fast = assert_openai_error(by_bytes.status_code, by_bytes.json(), 413, "messages")
+        assert max(spy.encoded_chars, default=0) < 1000, spy.encoded_chars  # the 60 KB content was never encoded
+        by_tokens = httpx.post(srv.base_url + CHAT, json={"messages": [{"role": "user", "content": "a" * 5000}],
+                                                          "max_tokens": 2}, timeout=120)
+        slow = assert_openai_error(by_tokens.status_code, by_tokens.json(), 413, "messages")
+        assert 5000 in spy.encoded_chars
+        assert {k: v for k, v in fast.items() if k != "message"} == {k: v for k, v in slow.items() if k != "message"}
+        assert fast["code"] == "context_length_exceeded"
+        assert fast["message"].startswith("the prompt reaches at least position ")
+        assert slow["message"].startswith("the prompt reaches position ")
+        prefix = httpx.post(srv.base_url + CHAT, json={"messages": HI, "prefix": "lorem ipsum " * 5000}, timeout=120)
+        assert assert_openai_error(prefix.status_code, prefix.json(), 413, "messages") == {
+            **fast, "message": prefix.json()["error"]["message"]}
+        fits = httpx.post(srv.base_url + CHAT, json={"messages": [{"role": "user", "content": "lorem ipsum " * 30}],
+                                                     "max_tokens": 2}, timeout=120)
+        assert fits.status_code == 200, fits.text
 
 
 def test_serve_flags_set_the_limits():
