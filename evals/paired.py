@@ -145,9 +145,8 @@ def paired_bootstrap(tasks: PairedTasks, *, samples: int = 2000, seed: int = 0) 
     Raises:
         PairingError: ``samples`` < 100.
     """
-    _check_samples(samples)
-    idx = np.random.default_rng(seed).integers(0, tasks.n, size=(samples, tasks.n))
-    return _delta(_arrays(tasks), idx, tasks.n)
+    check_samples(samples)
+    return _delta(_arrays(tasks), stratified_draws([tasks.n], samples, seed), tasks.n)
 
 
 def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed: int = 0) -> PairedDelta:
@@ -160,7 +159,7 @@ def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed
     """
     if not groups:
         raise PairingError("no comparisons to pool", field="groups", value=0)
-    _check_samples(samples)
+    check_samples(samples)
     seen: dict[str, int] = {}
     for g, group in enumerate(groups):
         for t in group.task_ids:
@@ -169,14 +168,24 @@ def pooled_bootstrap(groups: Sequence[PairedTasks], *, samples: int = 2000, seed
                                    field="task_ids", value=t)
             seen[t] = g
     arrays = [np.concatenate(column) for column in zip(*(_arrays(g) for g in groups), strict=True)]
+    return _delta(arrays, stratified_draws([g.n for g in groups], samples, seed), len(seen))
+
+
+def stratified_draws(sizes: Sequence[int], samples: int, seed: int) -> np.ndarray:
+    """Bootstrap indices [samples, sum(sizes)] into the concatenation of groups of ``sizes``: each
+    resample draws every group's items from that group, with replacement. One group is the plain
+    bootstrap draw ``default_rng(seed).integers(0, n, size=(samples, n))``."""
     rng = np.random.default_rng(seed)
-    offsets = np.cumsum([0] + [g.n for g in groups])
-    idx = np.concatenate([offsets[i] + rng.integers(0, g.n, size=(samples, g.n)) for i, g in enumerate(groups)],
-                         axis=1)
-    return _delta(arrays, idx, len(seen))
+    offsets = np.cumsum([0, *sizes])
+    return np.concatenate([offsets[i] + rng.integers(0, n, size=(samples, n)) for i, n in enumerate(sizes)], axis=1)
 
 
-def _check_samples(samples: object) -> None:
+def check_samples(samples: object) -> None:
+    """Refuse a bootstrap size that is not an integer >= 100 (a bool is below it either way).
+
+    Raises:
+        PairingError: naming the value.
+    """
     if not isinstance(samples, int) or samples < 100:
         raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,27 +220,26 @@ def _pool(args: argparse.Namespace) -> int:
             mixed = next(r for r, s in zip(args.run_dirs, survival, strict=True) if not s)
             raise AKVError(f"{mixed} is not a survival evolution, the others are: pool runs of one track",
                            field="run_dirs", value=mixed)
-        return _pool_survival(args)
-    pooled = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
-    print(f"each run's policy chosen on train, paired with each expert over that run's held-out tasks; pooled: "
-          f"a bootstrap of {args.samples} resamples within each run (95% intervals)")
-    for line in pooled_lines(pooled):
+        from rsi.survival.pooling import pool_survival_runs, survival_pooled_lines, write_survival_pooled
+
+        traces = pool_survival_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
+        return _show_pooled(args, "each run's best evolved program chosen on train, paired with its comparator over "
+                                  "that run's held-out traces", "; lower is better", survival_pooled_lines(traces),
+                            lambda: write_survival_pooled(args.out, traces, args.run_dirs, samples=args.samples,
+                                                          seed=args.seed))
+    tasks = pool_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
+    return _show_pooled(args, "each run's policy chosen on train, paired with each expert over that run's held-out "
+                              "tasks", "", pooled_lines(tasks),
+                        lambda: write_pooled(args.out, tasks, args.run_dirs, samples=args.samples, seed=args.seed))
+
+
+def _show_pooled(args: argparse.Namespace, what: str, note: str, lines: list[str], write: Callable[[], Path]) -> int:
+    """Print a pool's table under its one-line description; with ``--out``, write it and say where."""
+    print(f"{what}; pooled: a bootstrap of {args.samples} resamples within each run (95% intervals{note})")
+    for line in lines:
         print(line)
     if args.out:
-        print(f"wrote {write_pooled(args.out, pooled, args.run_dirs, samples=args.samples, seed=args.seed)}")
-    return 0
-
-
-def _pool_survival(args: argparse.Namespace) -> int:
-    from rsi.survival.pooling import pool_survival_runs, survival_pooled_lines, write_survival_pooled
-
-    pooled = pool_survival_runs(args.run_dirs, samples=args.samples, seed=args.seed, versus=args.versus)
-    print(f"each run's best evolved program chosen on train, paired with its comparator over that run's held-out "
-          f"traces; pooled: a bootstrap of {args.samples} resamples within each run (95% intervals; lower is better)")
-    for line in survival_pooled_lines(pooled):
-        print(line)
-    if args.out:
-        print(f"wrote {write_survival_pooled(args.out, pooled, args.run_dirs, samples=args.samples, seed=args.seed)}")
+        print(f"wrote {write()}")
     return 0
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,22 @@ def read_json(path: str | Path, kind: type = object) -> Any:
 def _kind_name(kind: type) -> str:
     names: dict[type, str] = {dict: "object", list: "array", str: "string"}
     return names.get(kind, kind.__name__)
+
+
+def distinct_run_dirs(run_dirs: Sequence[str | Path], unit: str) -> list[Path]:
+    """The run directories to pool, refused when there is none or one is given twice (its ``unit``,
+    e.g. tasks or traces, would count twice).
+
+    Raises:
+        AKVError: naming the run.
+    """
+    runs = [Path(r) for r in run_dirs]
+    if not runs:
+        raise AKVError("give at least one run directory to pool", field="run_dirs", value=[])
+    twice = next((r for i, r in enumerate(runs) if r.resolve() in {q.resolve() for q in runs[:i]}), None)
+    if twice is not None:
+        raise AKVError(f"{twice} is given twice: its {unit} would count twice", field="run_dirs", value=str(twice))
+    return runs
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from evals.paired import PairedDelta, PairedTasks, PairingError, pair_results, pooled_bootstrap
+from evals.paired import PairedDelta, PairedTasks, PairingError, check_samples, pair_results, pooled_bootstrap
 from rsi.cache.headline import HeadlineRow, interval, read_headline, stored_results, verdict
-from rsi.rundir import read_json, write_json
+from rsi.rundir import distinct_run_dirs, read_json, write_json
 
 
 @dataclass(frozen=True)
@@ -77,14 +77,8 @@ def pool_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, seed: int 
     from rsi.cache.export import load_archive, pick
     from rsi.store import EvalStore
 
-    runs = [Path(r) for r in run_dirs]
-    if not runs:
-        raise AKVError("give at least one run directory to pool", field="run_dirs", value=[])
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 100:
-        raise AKVError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
-    twice = next((r for i, r in enumerate(runs) if r.resolve() in {q.resolve() for q in runs[:i]}), None)
-    if twice is not None:
-        raise AKVError(f"{twice} is given twice: its tasks would count twice", field="run_dirs", value=str(twice))
+    runs = distinct_run_dirs(run_dirs, "tasks")
+    check_samples(samples)
     by_versus: dict[str, list[tuple[RunComparison, PairedTasks]]] = {}
     for run in runs:
         if not run.is_dir():

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from evals.paired import MIN_TASKS, PairingError
+from evals.paired import MIN_TASKS, PairingError, check_samples, stratified_draws
 from rsi.archive import CandidateArchive, Record, candidate_id
 from rsi.pareto import hypervolume
 
@@ -176,17 +176,13 @@ def pooled_over_traces(groups: Sequence[tuple[Sequence[float], Sequence[float]]]
         if len(a) != len(b) or not a:
             raise PairingError(f"need the same non-zero number of traces on both sides, got {len(a)} and {len(b)}",
                                field="traces", value=len(a))
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 100:
-        raise PairingError(f"samples must be an integer >= 100, got {samples!r}", field="samples", value=samples)
+    check_samples(samples)
     x = np.concatenate([np.asarray(a, dtype=np.float64) for a, _ in groups])
     y = np.concatenate([np.asarray(b, dtype=np.float64) for _, b in groups])
     if not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise PairingError("every per-trace value must be finite", field="traces", value=None)
     n = len(x)
-    rng = np.random.default_rng(seed)
-    offsets = np.cumsum([0] + [len(a) for a, _ in groups])
-    idx = np.concatenate([offsets[i] + rng.integers(0, len(a), size=(samples, len(a)))
-                          for i, (a, _) in enumerate(groups)], axis=1)
+    idx = stratified_draws([len(a) for a, _ in groups], samples, seed)
     boot = x[idx].mean(-1) - y[idx].mean(-1)
     lo, hi = np.quantile(boot, [0.025, 0.975])
     sa, sb = x[idx].sum(-1), y[idx].sum(-1)

@@ -20,7 +20,7 @@ from typing import Any
 
 from engine.errors import AKVError
 from evals.paired import PairingError
-from rsi.rundir import read_json, write_json
+from rsi.rundir import distinct_run_dirs, read_json, write_json
 from rsi.survival.archive import RECOMPUTE, TTFT, PairedMetric, pooled_over_traces
 
 COMPARATORS = {"family": "the best tuned family", "tuning-only": "the tuning-only arm's best"}
@@ -60,15 +60,10 @@ def pool_survival_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, s
         AKVError: no run, a run given twice, a path without a survival headline, an unknown
             ``versus``, a run without that comparison, a trace in two runs, or ``samples`` < 100.
     """
-    runs = [Path(r) for r in run_dirs]
-    if not runs:
-        raise AKVError("give at least one run directory to pool", field="run_dirs", value=[])
+    runs = distinct_run_dirs(run_dirs, "traces")
     if versus is not None and versus not in COMPARATORS:
         raise AKVError(f"a survival run compares with {' or '.join(COMPARATORS)}, not {versus!r}", field="versus",
                        value=versus)
-    twice = next((r for i, r in enumerate(runs) if r.resolve() in {q.resolve() for q in runs[:i]}), None)
-    if twice is not None:
-        raise AKVError(f"{twice} is given twice: its traces would count twice", field="run_dirs", value=str(twice))
     for run in runs:
         if not (run.is_dir() and is_survival_run(run)):
             raise AKVError(f"{run} is not a survival evolution with a headline (akv survival-search --evolve)",
