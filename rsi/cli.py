@@ -3,7 +3,7 @@
     akv serve --model gemma-3-270m --host 127.0.0.1 --port 30000
     akv eval --policy rolling_drop --params keep_tool_responses=4 --split train --out results.json
     akv eval --compare full,rolling_drop,standard,text_engineering --plot compare.png
-    akv search experiments/quickstart.yaml [--run-dir DIR] | akv search --resume DIR
+    akv search experiments/quickstart.yaml [--run-dir DIR] | akv search --resume DIR [--in-process | --replicas N]
     akv report DIR | akv export DIR --pick best --out policy.py | akv dashboard DIR
     akv oracle --suite mixed --split heldout --out oracle.json   (the hindsight oracle and bounds)
 
@@ -157,16 +157,20 @@ def _search(args: argparse.Namespace) -> int:
     from rsi.cache.search import Search, load_run_config
     from rsi.config import load_config
 
-    overrides: dict[str, Any] = {}
+    executor: dict[str, Any] = {}
     if args.replicas is not None:
-        overrides["executor.replicas"] = args.replicas
-        overrides["executor.kind"] = "ray"
+        executor.update(replicas=args.replicas, kind="ray")
     if args.ray_address:
-        overrides["executor.ray_address"] = args.ray_address
-        overrides["executor.kind"] = "ray"
+        executor.update(ray_address=args.ray_address, kind="ray")
+    if args.in_process:
+        if executor:
+            raise AKVError("--in-process evaluates in this process: give it without --replicas or --ray-address",
+                           field="in_process")
+        executor["kind"] = "local"
+    overrides = {f"executor.{k}": v for k, v in executor.items()}
     if args.resume:
         run_dir = Path(args.resume)
-        config = load_run_config(run_dir)
+        config = load_run_config(run_dir, executor)
     else:
         if not args.config:
             raise AKVError("give a CONFIG file, or --resume RUN_DIR", field="config")
@@ -381,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a killed search")
     se.add_argument("--replicas", type=int, default=None, help="evaluate on N Ray replicas")
     se.add_argument("--ray-address", default=None, help="auto or HOST:PORT of an existing Ray cluster")
+    se.add_argument("--in-process", action="store_true",
+                    help="evaluate in this process (with --resume: a run started on Ray goes on without it)")
     se.set_defaults(func=_search)
 
     r = sub.add_parser("report", help="write report.html for a run directory")

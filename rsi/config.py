@@ -7,6 +7,7 @@ resolved config is written to the run directory and logged once.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -181,6 +182,11 @@ class OracleSettings:
     budget: int = 8
     bound_budget: int = 3
     single_budget: int = 2
+
+
+PLACEMENT = ("kind", "replicas", "ray_address", "timeout_s", "threads_per_replica", "gpus_per_replica", "routing")
+"""The executor fields that say only where evaluations run: a resumed search may change them (its
+results do not depend on them; the engine backend and its server do, so those stay fixed)."""
 
 
 @dataclass(frozen=True)
@@ -437,14 +443,18 @@ def _build(cls: type, raw: Mapping[str, Any], where: str) -> Any:
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> SearchConfig:
     """Read a YAML experiment file (plus dotted ``overrides`` such as ``{"executor.replicas": 2}``)."""
     raw = yaml.safe_load(read_text(path, "config file", ConfigError)) or {}
-    for dotted, value in (overrides or {}).items():
-        node = raw
+    return config_from_dict(raw, overrides)
+
+
+def config_from_dict(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> SearchConfig:
+    """The config of ``raw`` (a config's ``to_dict()`` or a parsed YAML file), plus dotted ``overrides``."""
+    if not overrides:
+        return _build(SearchConfig, raw, "")
+    merged: dict[str, Any] = copy.deepcopy(dict(raw))  # the caller's mapping stays as it was
+    for dotted, value in overrides.items():
+        node = merged
         *parents, last = dotted.split(".")
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
-    return _build(SearchConfig, raw, "")
-
-
-def config_from_dict(raw: Mapping[str, Any]) -> SearchConfig:
-    return _build(SearchConfig, raw, "")
+    return _build(SearchConfig, merged, "")

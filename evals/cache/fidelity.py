@@ -33,6 +33,7 @@ evaluations were not run (the proxy refuses them, naming the task).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -285,6 +286,9 @@ class FidelityCheck:
     def summary(self) -> str:
         if self.policies < 3:
             return f"proxy fidelity: {self.policies} policies at both fidelities, too few to rank"
+        if math.isnan(self.spearman):
+            return (f"proxy fidelity: no rank correlation over {self.policies} policies on train (the predicted "
+                    "or the model pass rates are all equal), so the proxy's ranking is untested")
         verdict = "meets" if self.spearman >= self.target else "misses"
         scope = "" if self.enough else f" (only {self.policies} policies; 30 are needed for a firm figure)"
         return (f"proxy fidelity: Spearman {self.spearman:.2f} between predicted and model pass rate over "

@@ -19,7 +19,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from rsi.cache.hindsight import Hindsight, build_hindsight
 from rsi.cache.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.cache.progress import SearchProgress, plan_evaluations
 from rsi.cache.synthesis import SynthesisProposer
-from rsi.config import ConfigError, SearchConfig, config_from_dict
+from rsi.config import PLACEMENT, ConfigError, SearchConfig, config_from_dict
 from rsi.loop import admit, generation
 from rsi.metrics import aggregate
 from rsi.proposers.base import ParentView, Proposal, Proposer
@@ -78,7 +78,8 @@ class Search:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.files = RunDir(self.run_dir)
-        self.state = self.files.next_state(config.to_dict(), _normalized)
+        self.state = self.files.next_state(_without_placement(config.to_dict()),
+                                           lambda raw: _without_placement(_normalized(raw)))
         self.files.check_resume(optuna_sqlite=config.optuna.storage == "sqlite",
                                 mlflow_local=not config.tracking_uri)
         self.files.open(log)
@@ -729,18 +730,31 @@ def _normalized(raw: dict[str, Any]) -> Any:
         return raw  # not a config of this schema: it differs
 
 
-def load_run_config(run_dir: str | Path) -> SearchConfig:
-    """The config a run directory was started with (for ``--resume``).
+def _without_placement(raw: Any) -> Any:
+    """``raw`` without the executor fields a resumed run may change (``rsi.config.PLACEMENT``)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("executor"), dict):
+        return raw
+    return {**raw, "executor": {k: v for k, v in raw["executor"].items() if k not in PLACEMENT}}
+
+
+def load_run_config(run_dir: str | Path, executor: Mapping[str, Any] | None = None) -> SearchConfig:
+    """The config a run directory was started with (for ``--resume``), with its ``executor`` fields
+    replaced by ``executor`` (fields of ``rsi.config.PLACEMENT``: where evaluations run never changes
+    their results, so a search started on Ray may resume in-process, and the other way round).
 
     Raises:
         RunDirError: ``run_dir`` holds no ``config.json`` (not a search run) or a corrupt one.
     """
+    fixed = sorted(set(executor or {}) - set(PLACEMENT))
+    if fixed:
+        raise ConfigError(f"a resumed search keeps its executor.{fixed[0]} (only {', '.join(PLACEMENT)} may change)",
+                          field=f"executor.{fixed[0]}")
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise RunDirError(f"{run_dir} is not a search run directory: it holds no config.json",
                           field="run_dir", value=str(run_dir))
     try:
-        return config_from_dict(read_json(path, dict))
+        return config_from_dict(read_json(path, dict), {f"executor.{k}": v for k, v in (executor or {}).items()})
     except RunDirError:
         raise
     except AKVError as err:

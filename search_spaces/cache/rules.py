@@ -251,7 +251,7 @@ def _word_leaf(c: Mapping[str, Any]) -> str:
     if f in NUMERIC:
         return f"{f} {c['op']} {c['param']}"
     if f == "role":
-        return f"a {c['is']} message"
+        return f"{'an' if c['is'][:1] in 'aeiou' else 'a'} {c['is']} message"
     if f == "tool":
         return "from " + "/".join(c["in"])
     return f

@@ -1,13 +1,17 @@
 """``akv eval`` as a new user runs it: hand-written task files, program files, exported modules,
 run directories, the scoring choices, and the ``drop_evidence`` diagnostic's cost.
 
-The command-line tests run ``python -m rsi.cli`` in a subprocess on the tiny random model; the
+The command-line tests run ``akv`` on the tiny random model: the first as ``python -m rsi.cli``
+in a subprocess, the others through ``rsi.cli.main`` (the console script's entry point) in this
+process, which spares each a fresh interpreter's imports and model load. The
 task files are written here by hand in the form docs/tasks.md documents (only ``id``,
 ``messages`` and ``probes``), one of them in plain OpenAI message form.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -77,11 +81,26 @@ def write_tasks(path: Path, *records: dict[str, Any]) -> Path:
     return path
 
 
-def akv(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def akv_process(cwd: Path, *argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m rsi.cli ARGV`` in ``cwd``, in a fresh interpreter."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "rsi.cli", *argv], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def akv(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``akv ARGV`` in ``cwd`` through ``rsi.cli.main`` in this process (its status and output)."""
+    from rsi.cli import main
+
+    out, err, before = io.StringIO(), io.StringIO(), Path.cwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(list(argv))
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(["akv", *argv], status, out.getvalue(), err.getvalue())
 
 
 def ok(proc: subprocess.CompletedProcess[str]) -> None:
@@ -95,8 +114,8 @@ def test_hand_written_file_is_evaluated_whole_without_generation(tmp_path):
     """Before: ``TaskError: ... has no split 'train'`` traceback (the default split was train), and
     every probe was also answered by greedy generation."""
     tasks = write_tasks(tmp_path / "my_tasks.jsonl", DOCUMENTED, OPENAI)
-    proc = akv(tmp_path, "eval", "--suite", str(tasks), "--policy", "full", "--model", "tiny-random",
-               "--out", "r.json")
+    proc = akv_process(tmp_path, "eval", "--suite", str(tasks), "--policy", "full", "--model", "tiny-random",
+                       "--out", "r.json")
     ok(proc)
     out = json.loads((tmp_path / "r.json").read_text())
     assert out["split"] == "all" and out["scoring"] == "loglik" and out["config"]["generate"] is False

@@ -133,6 +133,8 @@ def test_spearman_with_ties_and_degenerate_inputs():
         spearman([1, 2], [1])
     check = check_fidelity({"a": (0.1, 0.2), "b": (0.5, 0.4), "c": (0.9, 0.8)})
     assert check.spearman == pytest.approx(1.0) and not check.enough and "30 are needed" in check.summary()
+    flat = check_fidelity({"a": (1.0, 1.0), "b": (1.0, 0.5), "c": (1.0, 0.0)})  # the proxy passes everything
+    assert "no rank correlation" in flat.summary() and "nan" not in flat.summary() and "misses" not in flat.summary()
 
 
 def test_a_dry_engine_screens_exactly_as_the_loaded_engine(eng, tasks, controls):

@@ -61,25 +61,27 @@ def test_unknown_suite_is_one_line_and_debug_shows_the_traceback(tmp_path):
     """Before: ``akv eval --suite nosuchsuite`` printed a ``TaskError`` traceback (status 1)."""
     proc = akv(tmp_path, "eval", "--suite", "nosuchsuite", "--policy", "full", "--model", "tiny-random")
     one_line(proc.returncode, proc.stderr, "akv eval", "TaskError", "'nosuchsuite'", "default")
-    for argv in (["--debug", "eval"], ["eval", "--debug"]):
-        proc = akv(tmp_path, *argv, "--suite", "nosuchsuite", "--policy", "full")
-        assert proc.returncode == 1 and "Traceback" in proc.stderr and "TaskError" in proc.stderr
+    proc = akv(tmp_path, "--debug", "eval", "--suite", "nosuchsuite", "--policy", "full")
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "TaskError" in proc.stderr
+    from evals.errors import TaskError
+
+    with pytest.raises(TaskError, match="nosuchsuite"):  # after the command name too (main re-raises)
+        main(["eval", "--debug", "--suite", "nosuchsuite", "--policy", "full"])
 
 
-def test_export_without_an_archive_and_of_a_text_baseline(tmp_path):
+def test_export_without_an_archive_and_of_a_text_baseline(tmp_path, capsys, monkeypatch):
     """Before: a ``FileNotFoundError`` traceback for a run without ``archive.json``, and a
     ``PolicyError`` traceback for ``--pick expert:standard``."""
+    monkeypatch.chdir(tmp_path)
     started = tmp_path / "started"
     started.mkdir()
     (started / "config.json").write_text("{}")
-    proc = akv(tmp_path, "export", str(started), "--out", "p.py")
-    one_line(proc.returncode, proc.stderr, "no archive.json yet")
+    one_line(main(["export", str(started), "--out", "p.py"]), capsys.readouterr().err, "no archive.json yet")
     run = fake_run(tmp_path / "run")
-    proc = akv(tmp_path, "export", str(run), "--pick", "expert:standard", "--out", "p.py")
-    one_line(proc.returncode, proc.stderr, "expert:standard", "text baseline")
+    status = main(["export", str(run), "--pick", "expert:standard", "--out", "p.py"])
+    one_line(status, capsys.readouterr().err, "expert:standard", "text baseline")
     assert not (tmp_path / "p.py").exists()
-    proc = akv(tmp_path, "export", str(run), "--pick", "best", "--out", "p.py")
-    assert proc.returncode == 0, proc.stderr
+    assert main(["export", str(run), "--pick", "best", "--out", "p.py"]) == 0, capsys.readouterr().err
     assert "PROGRAM_SOURCE" in (tmp_path / "p.py").read_text()
 
 
@@ -138,6 +140,8 @@ CASES = {
     "search-bad-yaml": (["search", "bad.yaml"], "bad.yaml"),
     "search-no-config": (["search"], "CONFIG"),
     "search-resume-empty": (["search", "--resume", "empty"], "empty"),
+    "search-in-process-and-ray": (["search", "--resume", "empty", "--in-process", "--replicas", "2"],
+                                  "--in-process evaluates in this process"),
     "survival-search-missing": (["survival-search", "missing.jsonl"], "missing.jsonl"),
     "dashboard-missing": (["dashboard", "missing"], "not a run directory"),
     "serve-unknown-model": (["serve", "--model", "nomodel"], "nomodel"),

@@ -125,3 +125,19 @@ def test_runs_written_before_new_config_keys_still_resume():
         del old["executor"][key]
     del old["model"]["dtype"]
     assert _normalized(old) == json.loads(json.dumps(current.to_dict()))
+
+
+def test_a_resumed_run_takes_new_executor_fields_and_keeps_the_rest(tmp_path):
+    from rsi.cache.search import load_run_config
+    from tests.rsi.conftest import tiny_config
+
+    started = tiny_config(executor={"kind": "ray", "replicas": 2})
+    (tmp_path / "config.json").write_text(json.dumps(started.to_dict()))
+    resumed = load_run_config(tmp_path, {"kind": "local"})
+    assert resumed.executor.kind == "local" and resumed.executor.replicas == 2
+    assert {**resumed.to_dict(), "executor": None} == {**started.to_dict(), "executor": None}
+    assert load_run_config(tmp_path).to_dict() == started.to_dict()
+    with pytest.raises(AKVError, match="kind"):
+        load_run_config(tmp_path, {"kind": "carrier-pigeon"})
+    with pytest.raises(AKVError, match=r"keeps its executor\.backend"):  # the engine behind the results
+        load_run_config(tmp_path, {"backend": "remote"})

@@ -3,6 +3,7 @@ affinity, replica crashes (SIGKILL) retried, hard timeouts recorded."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -79,6 +80,9 @@ def test_ray_results_equal_in_process_results(ray_executor, tiny_plain, tmp_path
     per_task = Counter(t for s in ray_executor.replicas.values() for t in s.tasks)
     assert sum(v - 1 for v in per_task.values()) <= 1, per_task
     assert sum(s.evaluations for s in ray_executor.replicas.values()) == len(reqs)
+    stats = ray_executor.stats()  # what a search writes to replicas.json
+    assert set(stats) == set(ray_executor.names) == {"replica-0", "replica-1"}
+    assert all({"evaluations", "timeouts", "restarts", "failures", "tasks"} <= set(v) for v in stats.values())
 
 
 def test_killed_replica_is_restarted_and_the_evaluation_retried(ray_executor):
@@ -120,9 +124,11 @@ def test_hard_timeout_abandons_and_restarts_the_replica(ray_executor):
     assert after.ok
 
 
-def test_ray_search_resumes_after_the_driver_is_killed(tmp_path, finished):
-    """``akv search --replicas 2``, driver SIGKILLed mid-search, resumed: the same archive as in-process."""
-    import json
+def test_a_search_killed_on_ray_resumes_in_process_with_the_same_archive(tmp_path, finished):
+    """``akv search --replicas 2``, its driver and the local Ray instance it started SIGKILLed
+    mid-search (experts done, tuning under way), then ``akv search --resume DIR --in-process``: the
+    archive of an uninterrupted in-process search, nothing finished before the kill computed again.
+    (A search killed in-process and resumed on Ray rests on the same store and state files.)"""
     import subprocess
     import sys
 
@@ -140,17 +146,21 @@ def test_ray_search_resumes_after_the_driver_is_killed(tmp_path, finished):
                             start_new_session=True)
     evals = run_dir / "evaluations.jsonl"
     deadline = time.monotonic() + 400
-    while _count(evals) < 6:
+    while _count(evals) < 8:
         assert proc.poll() is None, "the search ended before it could be killed"
         assert time.monotonic() < deadline
-        time.sleep(0.3)
+        time.sleep(0.2)
     # SIGKILL the driver and the local Ray instance it started (same process group; a cluster would live on).
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    resumed = subprocess.run([sys.executable, "-m", "rsi.cli", "search", "--resume", str(run_dir)], env=env,
-                             capture_output=True, text=True, timeout=900)
+    done_before = _count(evals)
+    assert json.loads((run_dir / "state.json").read_text()).get("status") is None  # it never finished
+    assert json.loads((run_dir / "config.json").read_text())["executor"]["kind"] == "ray"
+    resumed = subprocess.run([sys.executable, "-m", "rsi.cli", "search", "--resume", str(run_dir), "--in-process"],
+                             env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert _summary(run_dir) == _summary(finished)
-    replicas = json.loads((run_dir / "replicas.json").read_text())
-    assert set(replicas) == {"replica-0", "replica-1"}
-    assert all({"evaluations", "timeouts", "restarts"} <= set(v) for v in replicas.values())
+    keys = [json.loads(line)["key"] for line in evals.read_text().splitlines() if line.strip().startswith("{")]
+    assert len(keys) == len(set(keys)) and len(keys) >= done_before
+    assert json.loads((run_dir / "state.json").read_text())["attempt"] == 2
+    assert set(json.loads((run_dir / "replicas.json").read_text())) == {"local"}  # the resume ran in-process

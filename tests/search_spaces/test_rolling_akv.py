@@ -5,6 +5,7 @@ a module exported for an AKV harness; and the reference's parameter names refuse
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import random
@@ -144,8 +145,33 @@ def _harness(policy, request):
     return d.drop_message, d.reposition
 
 
+class Exported:
+    """Exported modules, each imported once per text outside its ``PARAMS`` line: the exports of one
+    program differ only there (checked on every file), so a module already imported serves another
+    file with that file's parameters, and the test compiles a few modules instead of hundreds."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, Any] = {}
+
+    def load(self, path: Path, params: dict[str, Any]) -> Any:
+        lines = path.read_text().splitlines()
+        [at] = [i for i, line in enumerate(lines) if line.startswith("PARAMS = ")]
+        assert lines[at] == f"PARAMS = {json.loads(json.dumps(params))!r}", lines[at]
+        rest = "\n".join(lines[:at] + lines[at + 1:])
+        if rest not in self.modules:
+            self.modules[rest] = _load(path)
+        module = self.modules[rest]
+        module.PARAMS = _load_params(lines[at])
+        return module
+
+
+def _load_params(line: str) -> dict[str, Any]:
+    return ast.literal_eval(line.removeprefix("PARAMS = "))
+
+
 def test_rolling_drop_decides_like_the_akv_reference(tmp_path):
     rng = random.Random(20261216)
+    exported = Exported()
     stats: Counter[str] = Counter()
     for case in range(N_TRAJECTORIES):
         msgs, observations, suffixes = random_trajectory(rng)
@@ -157,7 +183,7 @@ def test_rolling_drop_decides_like_the_akv_reference(tmp_path):
         layout = counter.message_layout(msgs, (), enable_thinking=None, reasoning_effort=None, api_style=None)
         ours_counts = [layout.message_ends[0] + layout.generation_tokens, *counts[1:]]
         policy = get_policy("rolling_drop", **cfg)  # the reference's names
-        module = _load(export_policy(policy, tmp_path / f"p{case}.py", format="akv-harness"))
+        module = exported.load(export_policy(policy, tmp_path / f"p{case}.py", format="akv-harness"), policy.params)
         harness = module.HarnessPolicy(token_counter=counter)
         native = _native_ends(msgs)
         for n in request_points(msgs):

@@ -181,3 +181,10 @@ def test_a_hostile_tool_name_is_quoted_and_never_ends_the_docstring():
     run = run_program(source, {}, [Episode.of(msgs, estimate_tokens(msgs))])
     assert run.ok and all(int(t) >= i for t, ids in run.decisions[0][-1].wire["drop_message"].items() for i in ids)
     assert any(run.decisions[0][-1].wire["drop_message"].values())
+
+
+def test_the_description_reads_as_english():
+    s = {"rules": [{"action": "drop", "when": {"all": [{"f": "role", "is": "assistant"}, {"f": "superseded"}]}},
+                   {"action": "drop", "when": {"f": "role", "is": "tool"}}], "reposition": None}
+    assert rules.describe(s) == ("drop if an assistant message and superseded; drop if a tool message; "
+                                 "else keep")
