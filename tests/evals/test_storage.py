@@ -85,7 +85,8 @@ def test_jsonl_and_single_dataset_task_sets(smoke, tmp_path):
 
 
 def test_unknown_sources_are_named(tmp_path):
-    with pytest.raises(TaskError, match=r"not a registered suite \(default, long, smoke, horizon, horizon-long, mixed\)"):
+    suites = r"not a registered suite \(default, long, smoke, horizon, horizon-long, mixed\)"
+    with pytest.raises(TaskError, match=suites):
         load_suite("no-such-suite")
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json}\n")
