@@ -4,13 +4,25 @@ In one run, evaluations per minute of P policies x T tasks (task by task, so the
 task share its KV through the engine's radix tree) vs the same evaluations without sharing (the
 tree is emptied before every evaluation). Prints a table and writes
 ``bench/results/eval-throughput.json`` with tokens prefilled and reused in both modes.
+
+``--lockstep`` compares instead, on a population of P policies (``--policies``, beyond the named
+ten: rolling drops of other depths) and the same tasks, one policy after another
+(``Replay.evaluate``) vs the policies of a task in lockstep (``Replay.evaluate_policies``: each
+probe scored for all of them in one batched forward); both share the tree, emptied at the start of
+each repeat. The median of ``--repeats`` repeats (modes alternating) is reported, the rows of the
+two modes are checked equal, and ``bench/results/eval-lockstep.json`` is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import statistics
 import time
 from typing import Any
+
+import torch
 
 from bench import write_result
 from engine.engine import Engine
@@ -43,6 +55,36 @@ def run(engine: Engine, specs: list[PolicySpec], tasks: list[Any], share: bool, 
             "cached_tokens": engine.stats.cached_tokens - start[1]}
 
 
+def population(n: int) -> list[PolicySpec]:
+    """``n`` distinct policies: the named ten, then rolling drops keeping 3, 5, 6, ... tool responses."""
+    keeps = (k for k in range(3, 10_000) if k not in (1, 2, 4, 12))
+    return [*POLICIES, *(PolicySpec("rolling_drop", {"keep_tool_responses": next(keeps)})
+                         for _ in range(max(0, n - len(POLICIES))))][:n]
+
+
+def lockstep(engine: Engine, specs: list[PolicySpec], tasks: list[Any], config: EvalConfig,
+             repeats: int) -> dict[str, Any]:
+    """Sequential vs lockstep evaluations per minute, median of ``repeats`` (see the module docstring)."""
+    replay = Replay(engine, config)
+    walls: dict[str, list[float]] = {"sequential": [], "lockstep": []}
+    rows: dict[str, list[str]] = {}
+    n = len(tasks) * len(specs)
+    for _ in range(repeats):
+        for mode in walls:
+            engine.clear_cache()
+            t0 = time.perf_counter()
+            out = [r for task in tasks for r in (replay.evaluate_policies(specs, task) if mode == "lockstep"
+                                                 else [replay.evaluate(s, task) for s in specs])]
+            walls[mode].append(time.perf_counter() - t0)
+            rows[mode] = [json.dumps(dataclasses.replace(r, seconds=0.0).to_row(), sort_keys=True, default=str)
+                          for r in out]
+    per_min = {m: 60 * n / statistics.median(w) for m, w in walls.items()}
+    return {"evaluations": n, "repeats": repeats, "wall_s": walls, "evals_per_min": per_min,
+            "speedup": per_min["lockstep"] / per_min["sequential"],
+            "same_rows": rows["lockstep"] == rows["sequential"],
+            "failed": sum('"ok": false' in r for r in rows["sequential"])}
+
+
 def main(argv: list[str] | None = None) -> int:
     from evals.tasks import select_tasks
 
@@ -52,22 +94,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", type=int, default=8)
     p.add_argument("--tasks", type=int, default=20)
     p.add_argument("--max-task-tokens", type=int, default=0)
-    p.add_argument("--out", default="bench/results/eval-throughput.json")
+    p.add_argument("--lockstep", action="store_true", help="sequential vs lockstep evaluation (see above)")
+    p.add_argument("--repeats", type=int, default=3, help="with --lockstep: repeats (the median is reported)")
+    p.add_argument("--out", default=None, help="default: bench/results/eval-throughput.json "
+                   "(--lockstep: eval-lockstep.json)")
     args = p.parse_args(argv)
     pool = [t for t in load_suite(args.suite, "train")
             if not args.max_task_tokens or t.n_tokens is None or t.n_tokens <= args.max_task_tokens]
     tasks = select_tasks(pool, args.tasks)
-    specs = POLICIES[: args.policies]
     engine = Engine.from_pretrained(args.model, template="plain")
     config = EvalConfig(generate=False)
+    if args.lockstep:
+        specs = population(args.policies)
+        res = lockstep(engine, specs, tasks, config, args.repeats)
+        for mode, rate in res["evals_per_min"].items():
+            print(f"{mode:10s} {res['evaluations']} evaluations: {rate:6.1f}/min (median of "
+                  f"{', '.join(f'{w:.1f}' for w in res['wall_s'][mode])} s)")
+        print(f"lockstep / sequential: {res['speedup']:.2f}x; same rows: {res['same_rows']}; failed {res['failed']}")
+        write_result(args.out or "bench/results/eval-lockstep.json",
+                     {"model": args.model, "policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
+                      "threads": torch.get_num_threads(), **res})
+        return 0 if res["same_rows"] else 1
+    specs = POLICIES[: args.policies]
     rows = [run(engine, specs, tasks, share, config) for share in (True, False)]
     for r in rows:
         print(f"{'radix sharing' if r['share'] else 'no sharing':14s} {r['evaluations']} evaluations in "
               f"{r['wall_s']:7.1f}s = {r['evals_per_min']:6.1f}/min; prefilled {r['prefill_tokens']:8d}, "
               f"reused {r['cached_tokens']:8d}, failed {r['failed']}")
     print(f"speedup from sharing: {rows[0]['evals_per_min'] / rows[1]['evals_per_min']:.2f}x")
-    write_result(args.out, {"model": args.model, "policies": [s.display for s in specs],
-                            "tasks": [t.id for t in tasks], "rows": rows})
+    write_result(args.out or "bench/results/eval-throughput.json",
+                 {"model": args.model, "policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
+                  "rows": rows})
     return 0
 
 

@@ -26,7 +26,7 @@ from engine.errors import (
     SnapshotError,
 )
 from engine.history import REPOSITION, Drop, History, Reposition, replay
-from engine.interface import ChatEngine, ChatOptions
+from engine.interface import BatchScorer, ChatEngine, ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
@@ -38,6 +38,7 @@ __all__ = [
     "REPOSITION",
     "AKVError",
     "Accountant",
+    "BatchScorer",
     "CapacityError",
     "ChatEngine",
     "ChatOptions",

@@ -457,6 +457,19 @@ class Engine:
         self.stats.add(plan.usage, Timings(time.perf_counter() - t0, 0.0))
         return ScoreResult(list(p.candidates), scores, [len(c) for c in conts], plan.usage)
 
+    def score_many(self, requests: Sequence[Prepared]) -> list[ScoreResult]:
+        """Score several requests (each from :meth:`prepare` with candidates) in one forward pass:
+        their histories' new tokens and every candidate together, a prefix new to the tree computed
+        once (``engine.batch_score``). Results, usage and the tree afterwards are those of
+        :meth:`score` called on each request in order (scores within float rounding).
+
+        Raises:
+            AKVError: a request without candidates (before anything is planned).
+        """
+        from engine.batch_score import score_many
+
+        return score_many(self, requests)
+
     def _score_passes(self, plan: RequestPlan, items: list[Item], history: History,
                       conts: Sequence[list[int]]) -> tuple[Node, list[float]]:
         """Forward passes of :meth:`score`; returns the committed end node and the scores.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack, runtime_chec
 
 if TYPE_CHECKING:
     from engine.accounting import Accountant
-    from engine.engine import ChatResult, EngineStats, ScoreResult
+    from engine.engine import ChatResult, EngineStats, Prepared, ScoreResult
     from engine.layout import Layout, Rendered, Renderer
     from engine.schedule import Schedule
 
@@ -98,3 +98,23 @@ class ChatEngine(Protocol):
         *,
         prefix: str = "",
     ) -> ScoreResult: ...
+
+
+@runtime_checkable
+class BatchScorer(Protocol):
+    """An engine that scores several prepared requests in one forward pass (:class:`engine.Engine`;
+    a remote engine does not). ``score_many`` returns what ``score`` on each request in turn returns
+    (scores within float rounding) and raises what ``prepare`` and ``score`` raise for a bad request."""
+
+    def prepare(
+        self,
+        messages: Sequence[Any],
+        schedule: Mapping[str, Any] | Schedule | None = None,
+        *,
+        prefix: str = "",
+        candidates: Sequence[str] | None = None,
+        salt: str | None = None,
+        extra_tokens: int = 0,
+    ) -> Prepared: ...
+
+    def score_many(self, requests: Sequence[Prepared]) -> list[ScoreResult]: ...

@@ -27,6 +27,9 @@ from engine.history import History
 from engine.models.lean import LeanModel
 from engine.rope import apply_rope
 
+_Rotation = tuple[np.ndarray, torch.Tensor, torch.Tensor] | None
+"""Keys of a job to rotate (indices into its keys) with the cos/sin of their deltas, or ``None``."""
+
 GatherFn = Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
 """Stored token indices (ascending) -> their keys, values [L, Hkv, M, D] as stored."""
 
@@ -136,7 +139,8 @@ def batched_prefill(
         return np.where(in_ext, np.searchsorted(ext_idx, tokens), m + np.searchsorted(compute_idx, tokens))
 
     starts = np.concatenate([[0], np.cumsum([len(j.queries) for j in jobs])[:-1]]).astype(int)
-    plans = [_plan_job(model, job, col_of(job.keys), compute_pos, int(r)) for job, r in zip(jobs, starts)]
+    rotations: dict[tuple[str, bytes, bytes], _Rotation] = {}  # jobs with the same deltas share their tables
+    plans = [_plan_job(model, job, col_of(job.keys), compute_pos, int(r), rotations) for job, r in zip(jobs, starts)]
 
     def attend_jobs(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     rows: np.ndarray | None) -> torch.Tensor:
@@ -202,20 +206,27 @@ class _JobPlan:
     q_pos: np.ndarray
     key_pos: np.ndarray
     cols: np.ndarray
-    rot: dict[str, tuple[np.ndarray, torch.Tensor, torch.Tensor] | None]
+    rot: dict[str, _Rotation]
     slide_lo: dict[int, int]
     blocks: dict[int | None, tuple[Block, ...]]
 
 
-def _plan_job(model: LeanModel, job: Job, cols: np.ndarray, compute_pos: np.ndarray, row: int) -> _JobPlan:
+def _plan_job(model: LeanModel, job: Job, cols: np.ndarray, compute_pos: np.ndarray, row: int,
+              rotations: dict[tuple[str, bytes, bytes], _Rotation]) -> _JobPlan:
     deltas = job.key_pos - compute_pos[job.keys]
     q_pos = compute_pos[job.queries]
     slide_lo = {w: int(np.searchsorted(job.key_pos, q_pos[0] - w, side="right"))
                 for w in set(model.windows) if w is not None}
     blocks = {w: plan_blocks(q_pos, job.key_pos[slide_lo[w] if w is not None else 0:], w, model.dtype, model.device)
               for w in set(model.windows)}
-    return _JobPlan(slice(row, row + len(job.queries)), q_pos, job.key_pos, cols,
-                    {kind: _rotation(model, kind, deltas) for kind in model.ropes}, slide_lo, blocks)
+    sel = np.flatnonzero(deltas)
+    rot = {}
+    for kind in model.ropes:  # candidates of one request see one view: the same rotation, made once
+        key = (kind, sel.tobytes(), deltas[sel].tobytes())
+        if key not in rotations:
+            rotations[key] = _rotation(model, kind, sel, deltas[sel])
+        rot[kind] = rotations[key]
+    return _JobPlan(slice(row, row + len(job.queries)), q_pos, job.key_pos, cols, rot, slide_lo, blocks)
 
 
 def _columns(src_k: torch.Tensor, src_v: torch.Tensor, cols: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -228,11 +239,11 @@ def _columns(src_k: torch.Tensor, src_v: torch.Tensor, cols: np.ndarray) -> tupl
     return src_k.index_select(1, idx), src_v.index_select(1, idx), False
 
 
-def _rotation(model: LeanModel, kind: str, deltas: np.ndarray):
-    sel = np.flatnonzero(deltas)
+def _rotation(model: LeanModel, kind: str, sel: np.ndarray, deltas: np.ndarray) -> _Rotation:
+    """The keys ``sel`` (indices into a job's keys) rotated by ``deltas`` [len(sel)], with their cos/sin."""
     if sel.size == 0:
         return None
-    cos, sin = model.ropes[kind].delta_cos_sin(deltas[sel], model.dtype)
+    cos, sin = model.ropes[kind].delta_cos_sin(deltas, model.dtype)
     return sel, cos.to(model.device), sin.to(model.device)
 
 

@@ -225,6 +225,12 @@ class RadixTree:
         self.pool_used += payload.nbytes
         self.requeue(node)
 
+    def unfill(self, node: Node) -> None:
+        """Undo :meth:`fill` or a payload given to :meth:`extend`, locked or not: the node becomes
+        ABSENT (when the work that was to produce its KV failed). An unlocked leaf is removed."""
+        assert node.n_tokens > 0
+        self._discard_kv_only(node)
+
     def split_at_token(self, node: Node, offset: int) -> Node:
         """Split ``node`` before its ``offset``-th token (0 < offset < n_tokens); returns the prefix node."""
         assert 0 < offset < node.n_tokens

@@ -32,13 +32,13 @@ import yaml
 from engine.accounting import Accountant
 from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
-from engine.interface import ChatEngine
+from engine.interface import BatchScorer, ChatEngine
 from engine.layout import Rendered, SessionLayout
 from engine.schedule import EMPTY, Schedule, parse_schedule
 from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
-from evals.cache.probes import ProbeFormat, answer_matches, probe_prompt
+from evals.cache.probes import ProbeFormat, ProbePrompt, answer_matches, probe_prompt
 from evals.errors import TaskError
 from evals.rates import Rates, load_rates
 from evals.tasks.schema import Task
@@ -136,6 +136,19 @@ class ProbeResult:
     mc_norm_correct: bool
     evidence_dropped: tuple[int, ...]
     passed: bool
+
+
+@dataclass(frozen=True)
+class ProbeAsk:
+    """What one probe asks the engine under a policy: the context (the history as the policy left
+    it, then the question turn), its cache schedule, the reply's lead-in and candidates
+    (``prompt``), and the ids of messages whose content is gone by then."""
+
+    index: int
+    prompt: ProbePrompt
+    context: list[dict[str, Any]]
+    schedule: Schedule | Mapping[str, Any] | None
+    dropped: set[int]
 
 
 @dataclass(frozen=True)
@@ -269,6 +282,20 @@ class Replay:
                 raise
             return self._failed(spec, task, f"{type(err).__name__}: {err}", t0)
 
+    def evaluate_policies(self, specs: Sequence[PolicySpec], task: Task) -> list[TaskResult]:
+        """Every policy of ``specs`` on ``task`` in lockstep: the rows ``[self.evaluate(s, task) for s
+        in specs]`` gives (``seconds`` aside), each probe's scorings batched across the policies in
+        one forward when the engine can (:mod:`evals.cache.lockstep`). A failing policy is its
+        own failed row; the others go on."""
+        from evals.cache.lockstep import evaluate_policies
+
+        return evaluate_policies(self, specs, task)
+
+    def _batch_scorer(self) -> BatchScorer | None:
+        """The engine, when :meth:`evaluate_policies` may batch its scorings (it scores several
+        requests in one pass); ``None``: one policy after another."""
+        return self.engine if isinstance(self.engine, BatchScorer) else None
+
     def _failed(self, spec: PolicySpec, task: Task, reason: str, t0: float) -> TaskResult:
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), False,
                           reason.splitlines()[0][:500], (), (), CostBreakdown(), time.perf_counter() - t0,
@@ -312,9 +339,12 @@ class Replay:
         requests, cost = self._account(task, points, decisions)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
+        return self._scored(spec, task, probes, tuple(requests), cost, time.perf_counter() - t0)
+
+    def _scored(self, spec: PolicySpec, task: Task, probes: tuple[ProbeResult, ...],
+                requests: tuple[RequestCost, ...], cost: CostBreakdown, seconds: float) -> TaskResult:
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), True, None,
-                          probes, tuple(requests), cost, time.perf_counter() - t0, task.generator,
-                          task.generator_version, self.fidelity)
+                          probes, requests, cost, seconds, task.generator, task.generator_version, self.fidelity)
 
     def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
                  ) -> tuple[list[RequestCost], CostBreakdown]:
@@ -383,23 +413,32 @@ class Replay:
         return outputs[n]
 
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
-        probe = task.probes[index]
-        prompt = probe_prompt(task, probe, self.config.probe)
+        ask = self._ask(task, index, decision, spec)
+        return self._answer(task, ask, self._score(ask.context, list(ask.prompt.continuations), ask.schedule,
+                                                   ask.prompt.prefix))
+
+    def _ask(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeAsk:
+        """What probe ``index`` asks the engine under ``decision``."""
+        prompt = probe_prompt(task, task.probes[index], self.config.probe)
         context, schedule, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
-        context = context + [dict(m) for m in prompt.question_turn]
+        return ProbeAsk(index, prompt, context + [dict(m) for m in prompt.question_turn], schedule, dropped)
+
+    def _answer(self, task: Task, ask: ProbeAsk, scored: ScoreResult | None) -> ProbeResult:
+        """The probe's result from its candidates' scores (and, with ``generate``, a greedy answer)."""
+        probe = task.probes[ask.index]
         fmt = self.config.probe
-        scored = self._score(context, list(prompt.continuations), schedule, prompt.prefix)
         generated, exact, contains = "", False, False
         if self.config.generate:
-            gen = self.engine.chat(context, schedule, max_tokens=fmt.max_tokens, prefix=prompt.prefix, stop=["\n"])
+            gen = self.engine.chat(ask.context, ask.schedule, max_tokens=fmt.max_tokens, prefix=ask.prompt.prefix,
+                                   stop=["\n"])
             generated = gen.text
             exact, contains = answer_matches(generated, probe.answer)
         choice = probe.candidates[scored.best] if scored is not None else ""
         mc = scored is not None and probe.candidates[scored.best] == probe.answer
         mc_norm = scored is not None and probe.candidates[scored.best_norm] == probe.answer
         passed = {"loglik": mc, "loglik-norm": mc_norm, "generate": exact}[self.config.scoring]
-        return ProbeResult(index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
-                           choice, mc, mc_norm, tuple(sorted(dropped & set(probe.evidence_ids))), passed)
+        return ProbeResult(ask.index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
+                           choice, mc, mc_norm, tuple(sorted(ask.dropped & set(probe.evidence_ids))), passed)
 
     def _score(self, context: list[dict[str, Any]], continuations: list[str],
                schedule: Schedule | Mapping[str, Any] | None, prefix: str) -> ScoreResult | None:

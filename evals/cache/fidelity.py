@@ -221,6 +221,9 @@ class ProxyReplay(Replay):
             return [self._failed(spec, t, f"{type(err).__name__}: {err}", t0) for t in tasks]
         return out
 
+    def _batch_scorer(self) -> None:
+        return None  # probes are predicted, never scored: nothing to batch
+
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
         probe = task.probes[index]
         _, _, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
