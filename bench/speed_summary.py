@@ -3,9 +3,10 @@ benchmarks first, then this).
 
 It reads the results the benchmarks wrote (``bench/results/``: ``engine-<model>.json`` from
 ``bench.engine_speed --peak``, ``eval-throughput.json`` from ``bench.eval_speed``,
-``screen-speed-*.json`` from ``bench.screen_speed``, ``server-limits-<model>.json`` from
-``bench.server_limits``) and, with ``--run``, a search run's own measure of the screen against the
-model (``fidelity.json``: inside a search, the figure the goal names), and writes
+``eval-lockstep.json`` from ``bench.eval_speed --lockstep``, ``screen-speed-*.json`` from
+``bench.screen_speed``, ``server-limits-<model>.json`` from ``bench.server_limits``) and, with
+``--run``, a search run's own measure of the screen against the model (``fidelity.json``: inside
+a search, the figure the goal names), and writes
 ``bench/results/speed-summary.json``: one row ``{"measure", "value", "goal", "met", "source"}`` per
 goal, with the machine each source recorded and when. A source that is missing is a row with
 ``value: null`` and ``met: false``, never a guess. Every ratio is the one its benchmark measured in
@@ -65,6 +66,14 @@ def eval_rows(evals: dict[str, Any] | None, source: str) -> list[dict[str, Any]]
     return [_row("evaluations/min, radix sharing vs none", ratio, ">= 4x", lambda v: v >= 4.0, source)]
 
 
+def lockstep_rows(lock: dict[str, Any] | None, source: str) -> list[dict[str, Any]]:
+    """A task's policies in one batched forward per probe vs one after another (``bench.eval_speed
+    --lockstep``); a run whose two modes gave different rows counts as missing."""
+    speedup = (lock or {}).get("speedup") if (lock or {}).get("same_rows") else None
+    return [_row("evaluations/min, policies of a task in lockstep vs one at a time", speedup, "(no goal)",
+                 lambda v: v > 1.0, source)]
+
+
 def screen_rows(screen: dict[str, Any] | None, run: dict[str, Any] | None, screen_source: str,
                 run_source: str) -> list[dict[str, Any]]:
     in_run = ((run or {}).get("speed") or {}).get("ratio")
@@ -87,10 +96,12 @@ def server_rows(server: dict[str, Any] | None, source: str) -> list[dict[str, An
 def summary(results: Path, model: str, run_dir: Path | None) -> list[dict[str, Any]]:
     engine = results / f"engine-{model}.json"
     evals = results / "eval-throughput.json"
+    lock = results / "eval-lockstep.json"
     screens = sorted(results.glob(f"screen-speed-{model}-*.json"))
     server = results / f"server-limits-{model}.json"
     fidelity = run_dir / "fidelity.json" if run_dir is not None else None
     return [*engine_rows(_load(engine), str(engine)), *eval_rows(_load(evals), str(evals)),
+            *lockstep_rows(_load(lock), str(lock)),
             *screen_rows(_load(screens[-1]) if screens else None, _load(fidelity) if fidelity else None,
                          str(screens[-1]) if screens else "bench.screen_speed (not run)",
                          str(fidelity) if fidelity else "--run RUN_DIR (not given)"),

@@ -16,6 +16,7 @@ def test_rows_follow_the_sources_and_a_missing_one_is_a_missing_value(tmp_path, 
         "restore": {"speedup_vs_reference": 3.5, "ratio_to_plain_prefill": 1.2}, "cpu_model": "X"}))
     (tmp_path / "eval-throughput.json").write_text(json.dumps({"rows": [{"share": True, "evals_per_min": 20.0},
                                                                          {"share": False, "evals_per_min": 4.0}]}))
+    (tmp_path / "eval-lockstep.json").write_text(json.dumps({"speedup": 1.7, "same_rows": True}))
     run = tmp_path / "run"
     run.mkdir()
     (run / "fidelity.json").write_text(json.dumps({"speed": {"ratio": 3500.0}}))
@@ -25,6 +26,10 @@ def test_rows_follow_the_sources_and_a_missing_one_is_a_missing_value(tmp_path, 
     assert rows["prefill vs HF at 4096 tokens"]["value"] is None and not rows["prefill vs HF at 4096 tokens"]["met"]
     assert rows["evaluations/min, radix sharing vs none"]["value"] == 5.0
     assert rows["restore vs a plain prefill (time ratio)"]["met"] is False
+    assert rows["evaluations/min, policies of a task in lockstep vs one at a time"]["value"] == 1.7
+    (tmp_path / "eval-lockstep.json").write_text(json.dumps({"speedup": 1.7, "same_rows": False}))
+    differ = {r["measure"]: r for r in summary(tmp_path, "m", run)}
+    assert differ["evaluations/min, policies of a task in lockstep vs one at a time"]["shown"] == "missing"
     assert rows["screen vs model inside a search"]["met"]
     flood = [r for m, r in rows.items() if m.startswith("small-request p50")]
     assert len(flood) == 2 and all(r["value"] is None and r["shown"] == "missing" for r in flood)
