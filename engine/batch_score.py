@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from engine.errors import AKVError
-from engine.kvstore import Payload, TensorKV
+from engine.kvstore import Payload, SizedKV, TensorKV
 from engine.plan import RequestPlan, commit, plan_request, release
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
 from engine.radix import KVState, Node
@@ -55,32 +55,22 @@ BATCH_SCORE_TOKENS = 2048
 
 
 @dataclass(frozen=True)
-class PendingKV:
+class PendingKV(SizedKV):
     """A node's KV while the pass that computes it has not run: rows ``[start, start + n)`` of the
     pass. Only in the tree between a batch's commits and the end of its pass (locked all along, so
     it is never evicted nor moved between tiers)."""
 
-    start: int
-    n: int
-    bytes_per_token: int
-
-    @property
-    def n_tokens(self) -> int:
-        return self.n
-
-    @property
-    def nbytes(self) -> int:
-        return self.n * self.bytes_per_token
+    start: int = 0
 
     def split(self, at: int) -> tuple[PendingKV, PendingKV]:
         assert 0 < at < self.n
-        return (PendingKV(self.start, at, self.bytes_per_token),
-                PendingKV(self.start + at, self.n - at, self.bytes_per_token))
+        return (PendingKV(at, self.bytes_per_token, self.start),
+                PendingKV(self.n - at, self.bytes_per_token, self.start + at))
 
-    def to_host(self) -> Payload:
+    def to_host(self) -> PendingKV:
         raise AssertionError("pending KV is locked in the pool until its pass ends")
 
-    def to_device(self) -> Payload:
+    def to_device(self) -> PendingKV:
         raise AssertionError("pending KV is locked in the pool until its pass ends")
 
 
@@ -238,7 +228,7 @@ class _Pass:
 
         def pending(s: int, e: int) -> PendingKV:
             assert glob[e - 1] - glob[s] == e - 1 - s and glob[s] >= 0
-            return PendingKV(int(glob[s]), e - s, bpt)
+            return PendingKV(e - s, bpt, int(glob[s]))
 
         last = PendingHidden(int(glob[n - 1])) if plan.compute[n - 1] else None
         r.end = commit(eng.tree, plan, p.items, pending, bpt, last)
