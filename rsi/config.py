@@ -454,7 +454,10 @@ def config_from_dict(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None
     for dotted, value in overrides.items():
         node = merged
         *parents, last = dotted.split(".")
-        for part in parents:
+        for depth, part in enumerate(parents, 1):
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                where = ".".join(parents[:depth])
+                raise ConfigError(f"{where} must be a mapping to set {dotted}, got {node!r:.80}", field=where)
         node[last] = value
     return _build(SearchConfig, merged, "")

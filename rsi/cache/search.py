@@ -754,8 +754,12 @@ def load_run_config(run_dir: str | Path, executor: Mapping[str, Any] | None = No
         raise RunDirError(f"{run_dir} is not a search run directory: it holds no config.json",
                           field="run_dir", value=str(run_dir))
     try:
-        return config_from_dict(read_json(path, dict), {f"executor.{k}": v for k, v in (executor or {}).items()})
+        stored = config_from_dict(read_json(path, dict))
     except RunDirError:
         raise
     except AKVError as err:
         raise RunDirError(f"{path}: {err}", field=str(path), value=getattr(err, "value", None)) from err
+    if not executor:
+        return stored
+    # a bad new value is the caller's (ConfigError naming the field), not the run directory's
+    return config_from_dict(stored.to_dict(), {f"executor.{k}": v for k, v in executor.items()})

@@ -141,3 +141,7 @@ def test_a_resumed_run_takes_new_executor_fields_and_keeps_the_rest(tmp_path):
         load_run_config(tmp_path, {"kind": "carrier-pigeon"})
     with pytest.raises(AKVError, match=r"keeps its executor\.backend"):  # the engine behind the results
         load_run_config(tmp_path, {"backend": "remote"})
+    with pytest.raises(ConfigError, match=r"^executor\.replicas must be an integer >= 1, got -3"):  # the flag's value
+        load_run_config(tmp_path, {"replicas": -3})
+    with pytest.raises(ConfigError, match=r"executor must be a mapping to set executor\.kind, got 5"):
+        config_from_dict({"executor": 5}, {"executor.kind": "local"})

@@ -161,12 +161,8 @@ class Exported:
         if rest not in self.modules:
             self.modules[rest] = _load(path)
         module = self.modules[rest]
-        module.PARAMS = _load_params(lines[at])
+        module.PARAMS = ast.literal_eval(lines[at].removeprefix("PARAMS = "))  # this file's own value
         return module
-
-
-def _load_params(line: str) -> dict[str, Any]:
-    return ast.literal_eval(line.removeprefix("PARAMS = "))
 
 
 def test_rolling_drop_decides_like_the_akv_reference(tmp_path):
