@@ -122,10 +122,25 @@ class TenantLimitMiddleware:
         if refused is not None:
             await _too_many(send, *refused, self.gate.limits)
             return
+        left = False
+
+        def leave() -> None:
+            nonlocal left
+            if not left:
+                left = True
+                self.gate.leave(tenant)
+
+        async def send_and_leave_before_the_last_byte(message: Any) -> None:
+            # The slot is given back before the response's last chunk goes out, so a client that has
+            # its answer can send the next request at once (a release after ``send`` would race it).
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                leave()
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_and_leave_before_the_last_byte)
         finally:
-            self.gate.leave(tenant)
+            leave()
 
 
 async def _too_many(send: Callable[[Any], Awaitable[None]], code: str, retry: int, lim: TenantLimits) -> None:

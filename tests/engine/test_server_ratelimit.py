@@ -41,6 +41,32 @@ def test_in_flight_requests_are_counted_and_released():
     assert gate.enter("a") is None and gate.inflight("a") == 2
 
 
+def test_the_slot_is_given_back_before_the_last_chunk_of_the_answer_goes_out():
+    """A client that has its whole answer may send its next request at once (one request at a time is
+    never refused for concurrency): the middleware frees the slot before the final body message."""
+    import asyncio
+
+    from engine.server.ratelimit import TenantLimitMiddleware
+
+    gate = Gate(TenantLimits(max_concurrent=1))
+    seen: list[tuple[str, bool, int]] = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        await send({"type": "http.response.body", "body": b"b"})
+
+    async def send(message):
+        seen.append((message["type"], message.get("more_body", False), gate.inflight("")))
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "state": {}}
+    middleware = TenantLimitMiddleware(app, gate)
+    for _ in range(2):  # the second request is admitted: the first one's slot came back
+        asyncio.run(middleware(scope, None, send))
+    assert [inflight for *_, inflight in seen] == [1, 1, 0] * 2  # held while streaming, freed before the end
+    assert gate.inflight("") == 0  # and given back once, not twice
+
+
 @pytest.mark.parametrize("kwargs", [{"max_concurrent": -1}, {"burst": 1.5}, {"per_minute": float("nan")},
                                     {"per_minute": -3}, {"max_concurrent": True}])
 def test_bad_limits_are_refused_by_name(kwargs):
