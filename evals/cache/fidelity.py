@@ -35,20 +35,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.accounting import Accountant
 from engine.errors import AKVError
 from engine.interface import ChatEngine
 from engine.layout import Rendered, Renderer
+from evals.cache.cost import CostBreakdown
 from evals.cache.evaluator import (
     DIAGNOSTIC,
     EvalConfig,
     PolicySpec,
     ProbeResult,
     Replay,
+    RequestCost,
     TaskResult,
     probe_state,
 )
@@ -189,9 +192,39 @@ class ProxyReplay(Replay):
 
     fidelity = "proxy"
 
+    #: How many sessions' accounting :meth:`_account` keeps (least recently used dropped first).
+    MEMO_SIZE = 2048
+
     def __init__(self, engine: ChatEngine | DryEngine, table: EvidenceTable, config: EvalConfig | None = None):
         super().__init__(engine, config)  # type: ignore[arg-type]  # (only render and accountant are used)
         self.table = table
+        self._accounted: OrderedDict[Hashable, tuple[list[RequestCost], CostBreakdown]] = OrderedDict()
+        self.accounting_hits = 0  # sessions whose accounting was reused (same task, same schedules)
+
+    def forget(self) -> None:
+        """Drop the remembered accounting (a benchmark's repeats start cold)."""
+        self._accounted.clear()
+        self.accounting_hits = 0
+
+    def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
+                 ) -> tuple[list[RequestCost], CostBreakdown]:
+        """The exact accounting of the base class, remembered per (task, schedule of every request): a
+        screen's trials often decide alike (parameters that do not change the schedule on a task, a
+        sampler proposing a point twice, two programs with one behaviour), and the accounting is most
+        of what a proxy evaluation costs. Text rewrites are accounted afresh each time."""
+        if any(d is not None and d.schedule is None for d in decisions.values()):
+            return super()._account(task, points, decisions)
+        key = (task.id, tuple((n, None if (d := decisions[n]) is None else d.schedule) for n in points))
+        hit = self._accounted.get(key)
+        if hit is None:
+            hit = self._accounted[key] = super()._account(task, points, decisions)
+            if len(self._accounted) > self.MEMO_SIZE:
+                self._accounted.popitem(last=False)
+        else:
+            self._accounted.move_to_end(key)
+            self.accounting_hits += 1
+        requests, cost = hit
+        return [replace(r, usage=dict(r.usage)) for r in requests], cost
 
     def evaluate_many(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
         """``spec`` on every task of ``tasks``; one policy run for all of them. Each task is

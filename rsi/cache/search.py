@@ -470,6 +470,7 @@ class Search:
             "policies": check.policies, "spearman": check.spearman, "target": check.target,
             "enough": check.enough, "summary": check.summary(), "screened_trials": self.screened,
             "speed": self.speed.to_dict(),
+            "accounting_reused": self._proxy.accounting_hits if self._proxy is not None else 0,
             "pairs": {k: {"predicted_pass": p, "model_pass": m} for k, (p, m) in sorted(self.fidelity_pairs.items())},
             "sampled": sorted(self.fidelity_sampled),
         })

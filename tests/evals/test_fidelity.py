@@ -145,3 +145,23 @@ def test_a_dry_engine_screens_exactly_as_the_loaded_engine(eng, tasks, controls)
     a = ProxyReplay(eng, table).evaluate_many(spec, tasks)
     b = ProxyReplay(DryEngine.of(eng), table).evaluate_many(spec, tasks)
     assert [(r.cost, [p.passed for p in r.probes]) for r in a] == [(r.cost, [p.passed for p in r.probes]) for r in b]
+
+
+def test_remembered_accounting_equals_accounting_afresh(eng, tasks, controls):
+    """Two settings that decide alike on a task (keeping more tool responses than the task has) are
+    accounted once; every result equals a proxy that remembers nothing, and no two results share
+    a usage dict (one result edited leaves the others alone)."""
+    _, full, dropped = controls
+    table = EvidenceTable.fit(full, dropped)
+    specs = [PolicySpec("rolling_drop", {"keep_tool_responses": k}) for k in (1, 500, 900, 1, 2)]
+    remembering, afresh = ProxyReplay(eng, table), ProxyReplay(eng, table)
+    afresh.MEMO_SIZE = 0
+    for spec in specs:
+        a, b = remembering.evaluate_many(spec, tasks), afresh.evaluate_many(spec, tasks)
+        assert [(r.cost, [q.usage for q in r.requests], [p.passed for p in r.probes]) for r in a] == \
+               [(r.cost, [q.usage for q in r.requests], [p.passed for p in r.probes]) for r in b]
+    assert afresh.accounting_hits == 0
+    assert remembering.accounting_hits == 2 * len(tasks)  # 900 decides as 500 does, and 1 comes twice
+    first, again = (remembering.evaluate_many(specs[0], tasks)[0] for _ in range(2))
+    first.requests[0].usage["prefill_tokens"] = -1
+    assert again.requests[0].usage["prefill_tokens"] >= 0
