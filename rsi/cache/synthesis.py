@@ -18,17 +18,19 @@ same UCB1 bandit as the mutation operators (``rsi.proposers.bandit``, proposals 
 - ``crossover``: the parent's rules with a rule of a second synthesized parent.
 - ``prune``: remove a rule or one part of a conjunction.
 
-A parent that is not a rule program (a seed) is read as the expert's structure (``rules.rolling``:
-drop a tool response once K newer ones arrived, K its own ``keep_tool_responses`` when it has one)
-and edited from there. Each operator makes up to ``candidates`` structures; every one is rendered,
-checked, smoke-run, and its behaviour fingerprinted (``rsi.cache.fingerprint``: its decisions on the smoke
-episodes at its defaults and at two draws of its space): a structure whose fingerprint equals a
-program the search already has is discarded and counted (``ProposerStats.operators[op]``,
-``duplicates``). The rest are screened without a forward
-(``screen``: the cascade's proxy on the train tasks, cost and predicted pass), and the one whose
-point the archive's proxy points dominate least, cheapest first, is proposed. Without hindsight or
-a screen the proposer still works: it ranks by the simulated gain alone, or proposes the first
-valid candidate.
+A parent that is a seed dropping whole messages (``rules.BASE_SEEDS``) becomes the *base* of a
+structure with no rule yet, at its tuned parameters: every rule is then added on top of the tuned
+seed, which decides wherever no rule does (its repositions kept). Any other program is read as the
+expert's structure (``rules.rolling``: drop a tool response once K newer ones arrived, K its own
+``keep_tool_responses`` when it has one) and edited from there. Each operator makes up to
+``candidates`` structures; every one is rendered, checked, smoke-run, and its behaviour
+fingerprinted (``rsi.cache.fingerprint``: its decisions on the smoke episodes at its defaults and
+at two draws of its space): a structure whose fingerprint equals a program the search already has
+is discarded and counted (``ProposerStats.operators[op]``, ``duplicates``). The rest are screened
+without a forward (``screen``: the cascade's proxy on the train tasks, cost and predicted pass),
+and the one whose point the archive's proxy points dominate least, cheapest first, is proposed.
+Without hindsight or a screen the proposer still works: it ranks by the simulated gain alone, or
+proposes the first valid candidate.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from search_spaces import Episode, check_program, run_program, suggest_params
 from search_spaces.cache import rules
+from search_spaces.cache.seeds import seed_source
 
 OPERATORS = ("grow", "protect", "mutate", "crossover", "prune")
 DRAWS = 3  # seeded draws of a candidate's space screened beside its defaults
@@ -77,14 +80,25 @@ KEEP_TESTS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
 
 
 def as_structure(source: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """A parent's structure: its own if it is a rule program, else the expert's rolling drop
-    (K = its ``keep_tool_responses`` when it has one), with its tuned parameters as the defaults."""
+    """A parent's structure: its own if it is a rule program (its tuned thresholds as the defaults);
+    a seed that drops whole messages as the base of a structure with no rule yet (at its tuned
+    parameters: the child decides as the parent until rules are added); any other program as the
+    expert's rolling drop (K = its ``keep_tool_responses`` when it has one)."""
     found = rules.read(source)
     if found is not None:
         s = copy.deepcopy(found)
         s["defaults"] = {**s.get("defaults", {}), **{k: int(v) for k, v in params.items()
                                                      if isinstance(v, int) and not isinstance(v, bool)}}
         return s
+    seed = next((name for name in rules.BASE_SEEDS if source == seed_source(name)), None)
+    if seed is not None:
+        structure: dict[str, Any] = {"rules": [], "reposition": None, "defaults": {},
+                                     "base": {"seed": seed, "params": dict(params)}}
+        try:
+            rules.check(structure)
+            return structure
+        except rules.RuleError:
+            pass  # (parameters the grammar cannot carry: read as the expert below)
     keep = params.get("keep_tool_responses", 12)
     return rules.rolling(int(keep) if isinstance(keep, int) and not isinstance(keep, bool) else 12)
 
@@ -172,6 +186,8 @@ class SynthesisProposer(Proposer):
         made = self._structures(op, base, second, parent, rng)
         valid: list[tuple[str, str, str]] = []
         for structure, note in made[: self.candidates]:
+            if structure == base:
+                continue  # (no edit: the parent itself)
             try:
                 source = rules.render(structure)
             except rules.RuleError:
@@ -384,7 +400,7 @@ def _crossover(base: dict[str, Any], other: dict[str, Any], rng: random.Random) 
 
 def _prune(base: dict[str, Any], rng: random.Random) -> list[tuple[dict[str, Any], str]]:
     made = []
-    if len(base["rules"]) > 1:
+    if len(base["rules"]) > (0 if base.get("base") else 1):  # (a structure on a base may have no rule)
         for k in range(len(base["rules"])):
             s = copy.deepcopy(base)
             del s["rules"][k]
@@ -406,6 +422,8 @@ def _mutate(base: dict[str, Any], tools: Sequence[str], rng: random.Random) -> d
     """One random edit of one condition node (module docstring)."""
     s = copy.deepcopy(base)
     nodes: list[Any] = list(rules.conditions(s))
+    if not nodes:  # (a seed's base with no rule yet: nothing to edit, and the unedited parent is not proposed)
+        return s
     node: dict[str, Any] = rng.choice(nodes)
     f = node.get("f")
     if f in rules.NUMERIC and rng.random() < 0.5:

@@ -3,14 +3,19 @@
 A *structure* is plain data (JSON-able), so a proposer can build, mutate and cross it over::
 
     {"rules": [{"action": "keep", "when": COND}, {"action": "drop", "when": COND}, ...],
-     "reposition": null | {"param": "rep_tokens"}}
+     "reposition": null | {"param": "rep_tokens"},
+     "base": null | {"seed": "rolling_drop", "params": {...}}}
     COND = {"all": [COND, ...]} | {"any": [COND, ...]} | {"not": COND}
          | {"f": FEATURE, "op": ">=" | "<", "param": NAME}        numeric, threshold tuned
          | {"f": "role", "is": ROLE} | {"f": "tool", "in": [NAMES]} | {"f": FLAG}
 
 At every trigger ``t`` (each message, in order) every message ``i <= t`` still attended is judged:
 the first rule whose condition holds decides (``drop`` it at ``t``, or ``keep`` it for now); no
-rule: kept. Features of ``(i, t)`` (:data:`NUMERIC`, :data:`FLAGS`, ``role``, ``tool``) read only
+rule: kept, or, with a ``base``, dropped once the base drops it. A base is a seed program at fixed
+parameters (a tuned parent), written into the program under ``seed_``-prefixed names; its
+repositions are kept too. So rules grow new structure *on top of* a tuned seed: a drop rule drops
+what the seed keeps, a keep rule protects what it drops, and with no rule the program decides as
+the seed does. Features of ``(i, t)`` (:data:`NUMERIC`, :data:`FLAGS`, ``role``, ``tool``) read only
 messages up to ``t``, so the schedule is cumulative and stable by construction. With
 ``reposition``, positions are compacted at the first trigger where the tokens dropped since the
 last compaction reach the threshold.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,6 +91,18 @@ def tool_of(request, i):
     return m.tool_calls[0][0] if m.tool_calls else ""
 '''
 
+BASED = '''
+def base_plan(request):
+    wire = seed_decide(request, {**seed_DEFAULTS, **BASE_PARAMS}).wire()
+    if "drop_message" not in wire:
+        raise ValueError("the base seed dropped reasoning parts; a rule program's base drops whole messages")
+    at = {}
+    for key in wire["drop_message"]:
+        for i in wire["drop_message"][key]:
+            at[i] = min(at.get(i, int(key)), int(key))
+    return at, set(wire["reposition"])
+'''
+
 DECIDE = '''
 def decide(request, params):
     plan = request.plan()
@@ -119,6 +137,50 @@ def decide(request, params):
             alive = [i for i in alive if i not in gone]
             since += sum(request.tokens[i] for i in victims)
         if REPOSITION is not None and since > 0 and since >= params[REPOSITION]:
+            plan.reposition(t)
+            since = 0
+    return plan
+'''
+
+DECIDE_BASED = '''
+def decide(request, params):
+    plan = request.plan()
+    calls = [0]
+    for m in request.messages:
+        calls.append(calls[-1] + (1 if m.is_assistant else 0))
+    users = request.user_messages()
+    ctx = {"calls": calls, "first_user": users[0] if users else -1}
+    dropped = set()
+    last_repos = -1
+    start = request.previous_n
+    previous = request.previous if start > 0 else None
+    if previous is not None:
+        table = previous.get("drop_message", {})
+        for key in table:
+            plan.drop(int(key), table[key])
+            dropped.update(table[key])
+        for t in previous.get("reposition", []):
+            plan.reposition(t)
+            last_repos = t
+    since = 0
+    if REPOSITION is not None:
+        table = previous.get("drop_message", {}) if previous is not None else {}
+        since = sum(request.tokens[i] for key in table if int(key) > last_repos for i in table[key])
+    base_at, base_repos = base_plan(request)
+    alive = [i for i in range(start) if i not in dropped]
+    for t in range(start, request.n):
+        alive.append(t)
+        victims = []
+        for i in alive:
+            verdict = judge(request, i, t, params, ctx)
+            if verdict or (verdict is None and base_at.get(i, t + 1) <= t):
+                victims.append(i)
+        if victims:
+            plan.drop(t, victims)
+            gone = set(victims)
+            alive = [i for i in alive if i not in gone]
+            since += sum(request.tokens[i] for i in victims)
+        if t in base_repos or (REPOSITION is not None and since > 0 and since >= params[REPOSITION]):
             plan.reposition(t)
             since = 0
     return plan
@@ -168,13 +230,59 @@ def _name(value: Any) -> bool:
     return isinstance(value, str) and value.isidentifier() and not value.startswith("_") and len(value) <= 40
 
 
+#: Seeds a structure may build on (those that drop whole messages).
+BASE_SEEDS = ("rolling_drop", "scored_drop")
+
+
+def _check_base(base: Any) -> None:
+    if not isinstance(base, Mapping) or set(base) != {"seed", "params"} or base["seed"] not in BASE_SEEDS:
+        raise RuleError(f"'base' is {{'seed': one of {', '.join(BASE_SEEDS)}, 'params': {{...}}}}, got {base!r}")
+    params = base["params"]
+    if not isinstance(params, Mapping) or not all(
+            _name(k) and (v is None or isinstance(v, bool | int | str) or (isinstance(v, float) and math.isfinite(v)))
+            for k, v in params.items()):
+        raise RuleError("'base.params' maps parameter names to numbers, strings, booleans or null")
+
+
+def embedded_seed(name: str) -> str:
+    """Seed ``name``'s program with every top-level name prefixed ``seed_`` and its docstrings
+    dropped, to sit inside a rule program as its base."""
+    from search_spaces.cache.seeds import seed_source
+
+    tree = ast.parse(seed_source(name))
+    top = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} | {
+        t.id for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+
+    class Prefix(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            if node.id in top:
+                node.id = "seed_" + node.id
+            return node
+
+        def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+            if node.name in top:
+                node.name = "seed_" + node.name
+            if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+                node.body = node.body[1:] or [ast.Pass()]
+            self.generic_visit(node)
+            return node
+
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    return ast.unparse(Prefix().visit(ast.Module(body=body, type_ignores=[])))
+
+
 def check(structure: Any) -> None:
     """Raise :class:`RuleError` unless ``structure`` is in the grammar (module docstring)."""
-    if not isinstance(structure, Mapping) or set(structure) - {"rules", "reposition", "defaults"}:
-        raise RuleError("a structure is {'rules': [...], 'reposition': ..., 'defaults': {...}}")
+    if not isinstance(structure, Mapping) or set(structure) - {"rules", "reposition", "defaults", "base"}:
+        raise RuleError("a structure is {'rules': [...], 'reposition': ..., 'defaults': {...}, 'base': ...}")
+    base = structure.get("base")
+    if base is not None:
+        _check_base(base)
     rules = structure.get("rules")
-    if not isinstance(rules, list) or not 1 <= len(rules) <= MAX_RULES:
-        raise RuleError(f"'rules' must be a list of 1 to {MAX_RULES} rules")
+    least = 0 if base is not None else 1
+    if not isinstance(rules, list) or not least <= len(rules) <= MAX_RULES:
+        raise RuleError(f"'rules' must be a list of {least} to {MAX_RULES} rules")
     for k, rule in enumerate(rules):
         if not isinstance(rule, Mapping) or set(rule) != {"action", "when"} or rule["action"] not in ACTIONS:
             raise RuleError(f"rules[{k}]: a rule is {{'action': 'drop' or 'keep', 'when': condition}}")
@@ -271,6 +379,9 @@ def describe(structure: Mapping[str, Any]) -> str:
     parts = [f"{r['action']} if {_words(r['when'])}" for r in structure["rules"]]
     if structure.get("reposition"):
         parts.append(f"reposition every {structure['reposition']['param']} dropped tokens")
+    base = structure.get("base")
+    if base:
+        return "; ".join([f"on top of seed {base['seed']}", *parts]) + "; else as the seed"
     return "; ".join(parts) + "; else keep"
 
 
@@ -290,12 +401,15 @@ def render(structure: Mapping[str, Any]) -> str:
              f"STRUCTURE = {data!r}", "", f"DEFAULTS = {defaults!r}", "",
              f"REPOSITION = {data['reposition']['param']!r}" if data.get("reposition") else "REPOSITION = None",
              HELPERS]
+    base = data.get("base")
+    if base:
+        lines += [f"BASE_PARAMS = {base['params']!r}", "", embedded_seed(base["seed"]), BASED]
     lines.append("def judge(request, i, t, params, ctx):")
     for rule in data["rules"]:
         lines.append(f"    if {_code(rule['when'])}:")
         lines.append(f"        return {rule['action'] == 'drop'}")
-    lines.append("    return False")
-    lines.append(DECIDE)
+    lines.append("    return None" if base else "    return False")  # (None: the base decides)
+    lines.append(DECIDE_BASED if base else DECIDE)
     lines.append("def space(trial):")
     lines.append("    return {")
     for name, f in thresholds.items():

@@ -95,11 +95,46 @@ def test_a_candidate_that_behaves_as_a_known_program_is_not_proposed(coding):
     assert p.stats.operators["prune"]["duplicates"] >= 2
 
 
+TUNED = {"keep_tool_responses": 3, "reposition": "calls", "reposition_every": 2, "reposition_start": 1,
+         "target": "assistant_newest", "target_tokens": 900, "trigger": "tokens", "trigger_tokens": 1200}
+
+
 def test_reading_a_parent_as_a_structure(coding):
-    assert as_structure(seed_source("scored_drop"), {})["rules"] == rules.rolling(12)["rules"]
-    assert as_structure(seed_source("rolling_drop"), {"keep_tool_responses": 7})["defaults"] == {"r_keep": 7}
+    """A seed that drops whole messages is the base of a structure with no rule, at its tuned
+    parameters; another program is read as the expert; a rule program as itself."""
+    for seed, params in (("rolling_drop", TUNED), ("scored_drop", {})):
+        s = as_structure(seed_source(seed), params)
+        assert s["rules"] == [] and s["base"] == {"seed": seed, "params": params}
+    assert as_structure(seed_source("thinking_drop"), {})["rules"] == rules.rolling(12)["rules"]
+    assert as_structure(seed_source("rolling_drop"), {"keep_tool_responses": [7]})["rules"] == \
+           rules.rolling(12)["rules"]  # (parameters the grammar cannot carry: the expert)
     s = rules.render(rules.rolling(3))
     assert as_structure(s, {"r_keep": 9})["defaults"]["r_keep"] == 9
+
+
+def test_children_of_a_tuned_seed_decide_as_it_wherever_no_rule_does(coding):
+    """The tuned seed (a token trigger over assistant turns, repositions every two calls) read as a
+    base decides exactly as the seed, request by request; a grown child drops a superset of what
+    the seed drops and keeps every one of the seed's repositions."""
+    _, h = coding
+    episodes = list(h.episodes)
+    seed = run_program(seed_source("rolling_drop"), TUNED, episodes)
+    base = rules.render(as_structure(seed_source("rolling_drop"), TUNED))
+    assert rules.read(base) is not None
+    alone = run_program(base, {}, episodes)
+    assert seed.ok and alone.ok and [[d.wire for d in ep] for ep in alone.decisions] == \
+           [[d.wire for d in ep] for ep in seed.decisions]
+    assert any(ep[-1].wire["reposition"] for ep in seed.decisions)
+    p = SynthesisProposer(episodes[:1], h, candidates=4)
+    p.operators = ("grow",)
+    out = p.propose([_parent(seed_source("rolling_drop"), TUNED)], Archive(), 2, random.Random(3), set())
+    assert out
+    for proposal in out:
+        child = run_program(proposal.source, {}, episodes)
+        assert child.ok and rules.read(proposal.source)["base"]["params"] == TUNED
+        for mine, theirs in zip(child.decisions, seed.decisions):
+            assert set(drops_of(mine[-1].wire)) >= set(drops_of(theirs[-1].wire))
+            assert set(mine[-1].wire["reposition"]) >= set(theirs[-1].wire["reposition"])
 
 
 def test_the_report_names_harm_first(coding):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from search_spaces import Episode, check_program, estimate_tokens, get_policy, run_program
 from search_spaces.cache import rules
 from search_spaces.cache.program_api import RequestView
+from search_spaces.cache.seeds import seed_source
 from tests.search_spaces.trajectories import make_trajectory, trajectories
 
 TOOLS = ("search", "read", 'we"ird\\tool')
@@ -63,12 +64,18 @@ def holds(c: dict, view: RequestView, i: int, t: int, params: dict) -> bool:
     raise AssertionError(f)
 
 
-def reference(structure: dict, view: RequestView, params: dict) -> dict:
-    """The schedule of ``structure`` for one request, every trigger decided from scratch."""
+def reference(structure: dict, view: RequestView, params: dict, base: dict | None = None) -> dict:
+    """The schedule of ``structure`` for one request, every trigger decided from scratch; ``base``:
+    the base seed's own schedule of the same request (a message no rule decides is dropped once the
+    seed has dropped it; the seed's repositions are kept)."""
     table: dict[str, list[int]] = {}
     repos: list[int] = []
     dropped: set[int] = set()
     since = 0
+    base_at: dict[int, int] = {}
+    for key, ids in (base or {}).get("drop_message", {}).items():
+        for i in ids:
+            base_at[i] = min(base_at.get(i, int(key)), int(key))
     for t in range(view.n):
         victims = []
         for i in range(t + 1):
@@ -79,12 +86,16 @@ def reference(structure: dict, view: RequestView, params: dict) -> dict:
                     if rule["action"] == "drop":
                         victims.append(i)
                     break
+            else:
+                if base_at.get(i, view.n) <= t:
+                    victims.append(i)
         if victims:
             table[str(t)] = victims
             dropped |= set(victims)
             since += sum(view.tokens[i] for i in victims)
         rep = structure.get("reposition")
-        if rep and since > 0 and since >= params[rep["param"]]:
+        seed_repositions = t in (base or {}).get("reposition", ())
+        if seed_repositions or (rep and since > 0 and since >= params[rep["param"]]):
             repos.append(t)
             since = 0
     return {"drop_message": table, "reposition": repos}
@@ -138,6 +149,31 @@ def test_the_rendered_program_decides_as_the_grammar_says_at_every_request(drawn
         assert got["reposition"] == want["reposition"], n
 
 
+BASES = [("rolling_drop", {"keep_tool_responses": 2}),
+         ("rolling_drop", {"keep_tool_responses": 1, "target": "assistant_newest", "trigger": "tokens",
+                           "trigger_tokens": 150, "target_tokens": 100, "reposition": "calls", "reposition_every": 2}),
+         ("scored_drop", {})]
+
+
+@settings(max_examples=20, deadline=None)
+@given(structures(), st.sampled_from(BASES), trajectories(max_steps=8))
+def test_rules_on_a_base_seed_decide_as_the_grammar_says_at_every_request(drawn, base, traj):
+    structure, params = drawn
+    seed, seed_params = base
+    structure = {**structure, "base": {"seed": seed, "params": seed_params}}
+    msgs, counts = traj
+    source = rules.render(structure)
+    assert check_program(source).ok, check_program(source).reason
+    assert rules.read(source) is not None
+    episode = Episode.of(msgs, counts)
+    run, theirs = run_program(source, params, [episode]), run_program(seed_source(seed), seed_params, [episode])
+    assert run.ok and theirs.ok, run.reason
+    for n, decision, own in zip(episode.cuts, run.decisions[0], theirs.decisions[0]):
+        want = reference(structure, RequestView(msgs[:n], counts[:n]), params, own.wire)
+        assert {k: sorted(v) for k, v in decision.wire["drop_message"].items()} == want["drop_message"], n
+        assert decision.wire["reposition"] == want["reposition"], n
+
+
 def test_rolling_is_the_expert_and_reads_back():
     msgs = make_trajectory(14, 3)
     episodes = [Episode.of(msgs, estimate_tokens(msgs))]
@@ -163,6 +199,11 @@ def test_rolling_is_the_expert_and_reads_back():
     ({"rules": [{"action": "drop", "when": {"f": "superseded"}}], "reposition": {"param": 3}}, "reposition"),
     ({"rules": [{"action": "drop", "when": {"f": "superseded"}}], "extra": 1}, "a structure is"),
     ([1, 2], "a structure is"),
+    ({"rules": [], "base": {"seed": "thinking_drop", "params": {}}}, "'base' is"),
+    ({"rules": [], "base": {"seed": "rolling_drop"}}, "'base' is"),
+    ({"rules": [], "base": {"seed": "rolling_drop", "params": {"k": [1]}}}, "base.params"),
+    ({"rules": [], "base": {"seed": "rolling_drop", "params": {"__class__": 1}}}, "base.params"),
+    ({"rules": [], "base": {"seed": "rolling_drop", "params": {"k": float("nan")}}}, "base.params"),
 ])
 def test_structures_outside_the_grammar_are_refused_by_name(structure, match):
     with pytest.raises(rules.RuleError, match=match):
