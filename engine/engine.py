@@ -23,7 +23,7 @@ import torch
 
 from engine.accounting import Accountant, insert_output
 from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
-from engine.errors import AKVError, ContextLengthError
+from engine.errors import AKVError
 from engine.history import History, Item, replay, salted
 from engine.interface import ChatOptions
 from engine.kvstore import TensorKV
@@ -35,6 +35,7 @@ from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
 from engine.radix import Node, RadixTree
 from engine.schedule import Schedule, parse_schedule
 from engine.settings import settings
+from engine.window import ContextWindow
 
 if TYPE_CHECKING:
     from engine.snapshot import SnapshotInfo
@@ -218,6 +219,7 @@ class Engine:
         self.geometry = model.geometry
         self.tree = RadixTree(pool_bytes, host_bytes)
         self.max_context = min(max_context or model.max_positions, model.max_positions)
+        self.window = ContextWindow(self.max_context, self.renderer)
         self.stats = EngineStats()
         self._tokenizer_sha: str | None = None
         stop_ids = {tokenizer.eos_token_id}
@@ -550,44 +552,18 @@ class Engine:
         self._check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)
 
     def _check_reach(self, reach: int, extra: int, *, at_least: bool = False) -> None:
-        """Refuse ``reach`` positions plus ``extra`` beyond the window; ``at_least``: ``reach`` is a
-        lower bound (same error, the message says so)."""
-        if reach + extra > self.max_context:
-            how = "at least position" if at_least else "position"
-            raise ContextLengthError(
-                f"the prompt reaches {how} {reach} and asks for {extra} more tokens, beyond the "
-                f"context window of {self.max_context}", field="messages", value=reach + extra)
+        self.window.check_reach(reach, extra, at_least=at_least)
 
     def check_fits(self, n_messages: int, schedule: Schedule, extra_tokens: int = 0) -> None:
-        """Refuse, before any tokenizing, a request that cannot fit the context window.
-
-        Without repositions positions only grow and every message renders to at least one token,
-        so ``n_messages + extra_tokens`` positions are a lower bound (with repositions there is none).
-
-        Raises:
-            ContextLengthError: the bound is beyond the window.
-        """
-        if not schedule.repositions:
-            self._check_reach(n_messages, extra_tokens)
+        """:meth:`engine.window.ContextWindow.check_fits`: a request too long by its message count."""
+        self.window.check_fits(n_messages, schedule, extra_tokens)
 
     def check_prompt_fits(self, messages: Sequence[Any], schedule: Schedule, prefix: str = "",
                           extra_tokens: int = 0) -> None:
-        """Check every message's shape and refuse, before tokenizing, a prompt whose length alone
-        proves it cannot fit the window (milliseconds for a 3 MB prompt that takes seconds to tokenize).
-
-        Without repositions the prompt reaches at least as many positions as it has tokens, and
-        the tokenizer's length bound (``engine.tokenbound``; none for a tokenizer that may drop
-        input) never exceeds their number, so only a request that would be refused after
-        tokenizing is refused here, with the same error. The server calls this on its pool
-        threads; :meth:`prepare` does not (trusted callers tokenize anyway).
-
-        Raises:
-            MessageError: a malformed message (as :meth:`prepare` would raise).
-            ContextLengthError: the bound plus ``extra_tokens`` is beyond the window.
-        """
-        floor = self.renderer.min_tokens(messages, prefix)
-        if floor is not None and not schedule.repositions:
-            self._check_reach(floor, extra_tokens, at_least=True)
+        """:meth:`engine.window.ContextWindow.check_prompt_fits`: a prompt too long by its text's
+        length, refused before tokenizing. The server calls this off the engine thread;
+        :meth:`prepare` does not (trusted callers tokenize anyway)."""
+        self.window.check_prompt_fits(messages, schedule, prefix, extra_tokens)
 
     def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
               prepared: Prepared | None = None, **options: Unpack[ChatOptions]) -> Generation:

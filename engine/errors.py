@@ -29,6 +29,18 @@ class AKVError(ValueError):
         self.field = field
         self.value = value
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its class, message and attributes (the server's intake process sends errors
+        back), whatever keyword arguments a subclass's ``__init__`` requires."""
+        return _revive, (type(self), self.args, self.__dict__)
+
+
+def _revive(cls: type[AKVError], args: tuple[Any, ...], state: dict[str, Any]) -> AKVError:
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
 
 def show(value: Any, limit: int = 80) -> str:
     """A short ``repr`` of ``value`` for error messages."""

@@ -86,8 +86,10 @@ def _serve(args: argparse.Namespace) -> int:
                      timeout=args.timeout, aliases=(args.model,), survival=survival, tenants=tenants,
                      snapshot_secret=secret, snapshot_quota=quota,
                      limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_candidates=args.max_candidates,
-                                         max_score_tokens=args.max_score_tokens),
+                                         max_score_tokens=args.max_score_tokens, intake_bytes=args.intake_bytes),
                      tenant_limits=TenantLimits(args.key_concurrency, args.key_rate, args.key_burst))
+    if args.intake_bytes:
+        app.state.intake.warm()  # its start-up (seconds) before the first large body, not during it
     keys = f"{len(tenants.names)} API key(s)" if tenants.keyed else "no API keys"
     print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots}; {keys})", flush=True)
     serve(app, args.host, args.port)
@@ -305,6 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-candidates", type=int, default=64, help="most candidates of one /v1/akv/score request")
     s.add_argument("--max-score-tokens", type=int, default=4096,
                    help="most candidate tokens (all candidates together) of one /v1/akv/score request")
+    s.add_argument("--intake-bytes", type=int, default=256 << 10,
+                   help="chat and score bodies of at least this size are screened in a separate, lower-priority "
+                        "process before the server parses them (0: never; default 256 KiB)")
     s.add_argument("--key-concurrency", type=int, default=0,
                    help="most model requests one API key may have in flight (429 beyond; 0: no limit)")
     s.add_argument("--key-rate", type=float, default=0.0,

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse
 
 from engine.engine import Engine
 from engine.errors import AKVError, CapacityError
+from engine.server.intake import Intake
 from engine.server.limits import BodyLimitMiddleware, ServerLimits, install_error_shape
 from engine.server.prometheus import Metrics
 from engine.server.ratelimit import Gate, TenantLimitMiddleware, TenantLimits
@@ -64,6 +65,8 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
                     SnapshotStore(snapshot_dir, secret=snapshot_secret, quota_bytes=snapshot_quota), tenants, limits,
                     frozenset({engine.name, "default", *aliases}), timeout)
 
+    intake = Intake(engine.window, limits)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         scheduler.start()
@@ -71,6 +74,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
             yield
         finally:
             scheduler.stop()
+            intake.close()
 
     _ = engine.renderer.token_bound  # built now (once per tokenizer), not on the first request
     app = FastAPI(title="AKV engine", lifespan=lifespan)
@@ -79,6 +83,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
     app.state.engine = engine
     app.state.tenants = tenants
     app.state.limits = limits
+    app.state.intake = intake
     app.state.gate = Gate(tenant_limits or TenantLimits())
     app.add_middleware(BodyLimitMiddleware, max_bytes=limits.max_body_bytes)  # 413 before reading a huge body
     install_error_shape(app)  # 404/405 and unexpected errors as OpenAI error objects

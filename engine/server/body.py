@@ -18,7 +18,7 @@ import json
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +26,9 @@ from pydantic import BaseModel, ValidationError
 
 from engine.errors import show
 from engine.server.limits import RequestError, ServerLimits
+
+if TYPE_CHECKING:
+    from engine.server.intake import Intake
 
 MAX_INT_DIGITS = 40
 """Longest integer literal accepted (any request field fits in far fewer digits)."""
@@ -170,11 +173,15 @@ def parse_model(raw: bytes, model: type[M], max_depth: int) -> M:
 
 
 def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
-    """A FastAPI dependency that reads the request body as ``model`` (parsing on a pool thread)."""
+    """A FastAPI dependency that reads the request body as ``model`` (parsing on a pool thread; a
+    large chat or score body is first screened by the app's intake process: ``engine.server.intake``)."""
 
     async def read(request: Request) -> M:
         limits: ServerLimits = getattr(request.app.state, "limits", None) or ServerLimits()
         raw = await request.body()
+        intake: Intake | None = getattr(request.app.state, "intake", None)
+        if intake is not None and intake.wants(raw, model):
+            await intake.screen(raw, model)  # a large body's refusal, found outside this process
         return await asyncio.to_thread(parse_model, raw, model, limits.max_json_depth)
 
     return read

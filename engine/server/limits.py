@@ -45,18 +45,23 @@ class ServerLimits:
         max_candidates: most candidates of one ``/v1/akv/score`` request; more is a 413.
         max_score_tokens: most candidate tokens (all candidates together) of one score request.
         max_json_depth: deepest nesting of arrays and objects in a body; deeper is a 400.
+        intake_bytes: a chat or score body of at least this many bytes is screened in the intake
+            process before the server parses it (``engine.server.intake``); 0: never.
     """
 
     max_body_bytes: int = 4 * MiB
     max_candidates: int = 64
     max_score_tokens: int = 4096
     max_json_depth: int = 64
+    intake_bytes: int = 256 * 1024
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_candidates", "max_score_tokens", "max_json_depth"):
+        for name in ("max_body_bytes", "max_candidates", "max_score_tokens", "max_json_depth", "intake_bytes"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise AKVError(f"ServerLimits.{name} must be a positive integer, got {value!r}", field=name,
+            least = 0 if name == "intake_bytes" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                kind = "a non-negative" if least == 0 else "a positive"
+                raise AKVError(f"ServerLimits.{name} must be {kind} integer, got {value!r}", field=name,
                                value=value)
 
     def check_candidates(self, n: int) -> None:

@@ -20,6 +20,7 @@ from engine.schedule import Schedule, parse_schedule
 from engine.server.limits import ServerLimits
 from engine.server.schemas import ChatRequest, ScoreRequest
 from engine.server.sessions import Sessions
+from engine.window import ContextWindow
 
 
 @dataclass(frozen=True)
@@ -35,28 +36,43 @@ class PreparedChat:
     prepared: Prepared
 
 
-def _schedule(engine: Engine, messages: list, body: dict, prefix: str, extra_tokens: int) -> Schedule:
+def _schedule(window: ContextWindow, messages: list, body: dict, prefix: str, extra_tokens: int) -> Schedule:
     """Parse the schedule, refuse what cannot fit the window (cheap checks first), check messages."""
     if not messages:
         raise MessageError("messages: must be a non-empty list", field="messages", value=[])
     schedule = parse_schedule(body, n_messages=len(messages))
-    engine.check_fits(len(messages), schedule, extra_tokens)  # 100k messages: 413 before touching them
-    engine.check_prompt_fits(messages, schedule, prefix, extra_tokens)  # a 3 MB prompt: 413 before tokenizing
+    window.check_fits(len(messages), schedule, extra_tokens)  # 100k messages: 413 before touching them
+    window.check_prompt_fits(messages, schedule, prefix, extra_tokens)  # a 3 MB prompt: 413 before tokenizing
     return schedule
 
 
+def check_early(window: ContextWindow, req: ChatRequest | ScoreRequest, limits: ServerLimits) -> Schedule:
+    """Every refusal of a parsed chat or score request that needs no tokenizing, cheapest first:
+    sampling values or the candidate count, the schedule, the window by message count and by text
+    length. The server's intake process runs it too (``engine.server.intake``).
+
+    Raises:
+        AKVError subclasses: bad sampling values, messages or schedule (400), too many candidates
+            or a prompt beyond the context window (413).
+    """
+    if isinstance(req, ChatRequest):
+        SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed)  # fail fast, before tokenizing
+        return _schedule(window, req.messages, req.schedule(), req.prefix, req.new_tokens())
+    limits.check_candidates(len(req.candidates))
+    return _schedule(window, req.messages, req.schedule(), req.prefix, 1)
+
+
 def prepare_chat(engine: Engine, req: ChatRequest, sessions: Sessions, session: str | None, salt: str | None,
-                 max_tokens: int) -> PreparedChat:
+                 limits: ServerLimits) -> PreparedChat:
     """Validate and tokenize a chat request (any thread but the engine's).
 
     Raises:
         AKVError subclasses: bad sampling values, messages or schedule (400), an edited session
             history (400), a prompt plus ``max_tokens`` beyond the context window (413).
     """
-    SamplingParams(max_tokens, req.temperature, req.top_p, req.seed)  # fail fast, before tokenizing
-    schedule = _schedule(engine, req.messages, req.schedule(), req.prefix, max_tokens)
+    schedule = check_early(engine.window, req, limits)
     sessions.check(session, req.messages, schedule)
-    prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, salt=salt, extra_tokens=max_tokens)
+    prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, salt=salt, extra_tokens=req.new_tokens())
     return PreparedChat(schedule, prepared)
 
 
@@ -67,8 +83,7 @@ def prepare_score(engine: Engine, req: ScoreRequest, limits: ServerLimits, salt:
         RequestError: too many candidates, or too many candidate tokens (413), before any model work.
         AKVError subclasses: bad messages, schedule or candidates (400), too long a prompt (413).
     """
-    limits.check_candidates(len(req.candidates))
-    schedule = _schedule(engine, req.messages, req.schedule(), req.prefix, 1)
+    schedule = check_early(engine.window, req, limits)
     prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, candidates=req.candidates, salt=salt)
     limits.check_score_tokens(prepared.scored_tokens)
     return prepared

@@ -57,6 +57,10 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
 set to anything but their default, so a client never gets a reply that silently ignored them."""
 
 
+DEFAULT_MAX_TOKENS = 256
+"""A chat reply's token limit when the request sets neither ``max_tokens`` nor ``max_completion_tokens``."""
+
+
 class ChatRequest(ScheduleFields):
     """``POST /v1/chat/completions``. Unknown OpenAI fields are accepted and ignored, except those of
     :data:`UNSUPPORTED` set to a value that would change the reply (refused, 400)."""
@@ -101,6 +105,12 @@ class ChatRequest(ScheduleFields):
             if not 0 < len(s) <= MAX_STOP_CHARS:
                 raise ValueError(f"a stop string must have 1 to {MAX_STOP_CHARS} characters, got {len(s)}")
         return value
+
+    def new_tokens(self) -> int:
+        """Tokens the reply may add: ``max_completion_tokens``, else ``max_tokens``, else
+        :data:`DEFAULT_MAX_TOKENS`."""
+        chosen = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return DEFAULT_MAX_TOKENS if chosen is None else chosen
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

@@ -26,7 +26,6 @@ from engine.server.tenants import tenant_of
 from engine.survival import ToolGap
 from engine.toolcalls import reply_message
 
-DEFAULT_MAX_TOKENS = 256
 router = APIRouter()
 ChatBody = Annotated[ChatRequest, Depends(json_body(ChatRequest))]
 
@@ -46,10 +45,9 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
         name, value = unsupported
         raise AKVError(f"{name}: not supported by this server, got {show(value)} (leave it unset: the reply "
                        "would ignore it)", field=name, value=value)
-    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    max_tokens = req.new_tokens()
     # validation, session check and tokenization on a pool thread, never on the engine thread
-    ready = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, max_tokens)
+    ready = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, s.limits)
     schedule = ready.schedule
     gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
     if gap is not None and req.session_id is None:
