@@ -103,7 +103,9 @@ def base_plan(request):
     return at, set(wire["reposition"])
 '''
 
-DECIDE = '''
+# The opening both decide() templates share: replay the previous plan, count calls, restart the
+# reposition budget. Programs are self-contained text, so it is pasted into each.
+_DECIDE_HEAD = '''
 def decide(request, params):
     plan = request.plan()
     calls = [0]
@@ -127,7 +129,9 @@ def decide(request, params):
     if REPOSITION is not None:
         table = previous.get("drop_message", {}) if previous is not None else {}
         since = sum(request.tokens[i] for key in table if int(key) > last_repos for i in table[key])
-    alive = [i for i in range(start) if i not in dropped]
+'''
+
+DECIDE = _DECIDE_HEAD + '''    alive = [i for i in range(start) if i not in dropped]
     for t in range(start, request.n):
         alive.append(t)
         victims = [i for i in alive if judge(request, i, t, params, ctx)]
@@ -142,31 +146,7 @@ def decide(request, params):
     return plan
 '''
 
-DECIDE_BASED = '''
-def decide(request, params):
-    plan = request.plan()
-    calls = [0]
-    for m in request.messages:
-        calls.append(calls[-1] + (1 if m.is_assistant else 0))
-    users = request.user_messages()
-    ctx = {"calls": calls, "first_user": users[0] if users else -1}
-    dropped = set()
-    last_repos = -1
-    start = request.previous_n
-    previous = request.previous if start > 0 else None
-    if previous is not None:
-        table = previous.get("drop_message", {})
-        for key in table:
-            plan.drop(int(key), table[key])
-            dropped.update(table[key])
-        for t in previous.get("reposition", []):
-            plan.reposition(t)
-            last_repos = t
-    since = 0
-    if REPOSITION is not None:
-        table = previous.get("drop_message", {}) if previous is not None else {}
-        since = sum(request.tokens[i] for key in table if int(key) > last_repos for i in table[key])
-    base_at, base_repos = base_plan(request)
+DECIDE_BASED = _DECIDE_HEAD + '''    base_at, base_repos = base_plan(request)
     alive = [i for i in range(start) if i not in dropped]
     for t in range(start, request.n):
         alive.append(t)
