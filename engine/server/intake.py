@@ -56,9 +56,23 @@ _window: ContextWindow | None = None  # the child's own, built once by _start
 _limits = ServerLimits()
 
 
+ORPHAN_POLL_S = 1.0
+"""How often the child checks that the server that started it is alive."""
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """End this process once ``parent`` is gone (a server killed with SIGKILL never shuts its pool
+    down, and the child holds both ends of its own queue, so it would wait for work forever)."""
+    while os.getppid() == parent:
+        threading.Event().wait(ORPHAN_POLL_S)
+    os._exit(0)
+
+
 def _start(max_context: int, tokenizer: Any, template: Any, limits: ServerLimits) -> None:
-    """The child's initializer: lower its priority, build its window from the server's tokenizer."""
+    """The child's initializer: follow the server's life, lower its priority, build its window."""
     global _window, _limits
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), name="akv-intake-orphan",
+                     daemon=True).start()
     with contextlib.suppress(AttributeError, OSError):  # not on this platform: same priority, still off the lock
         os.nice(NICE)
     _window = ContextWindow(max_context, Renderer(tokenizer, template))

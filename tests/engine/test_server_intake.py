@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import httpx
 import pytest
@@ -130,6 +133,45 @@ def test_the_child_runs_at_a_lower_priority_and_a_killed_one_is_replaced(tiny, t
         assert intake.screened == 2
         assert intake.warm()[0] != pid
     assert not intake.running  # the app's shutdown stopped the child
+
+
+SERVER_THAT_DIES = """
+from engine import Engine
+from engine.layout import Renderer
+from engine.server.intake import Intake
+from engine.server.limits import ServerLimits
+from engine.window import ContextWindow
+tiny = Engine.from_pretrained("tiny-random")
+intake = Intake(ContextWindow(512, Renderer(tiny.tokenizer, "gemma")), ServerLimits())
+print(intake.warm()[0], flush=True)
+input()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purpose
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc to tell a zombie from a live child")
+def test_the_child_exits_when_its_server_is_killed_outright():
+    server = subprocess.Popen([sys.executable, "-c", SERVER_THAT_DIES], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        assert server.stdout is not None
+        child = int(server.stdout.readline())
+        assert _alive(child)
+    finally:
+        server.kill()  # SIGKILL: no shutdown runs in the server
+        server.wait(timeout=30)
+    deadline = time.monotonic() + 15  # the child polls its parent every second
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(child), f"intake child {child} outlived its killed server"
 
 
 def test_the_threshold_is_checked_and_zero_turns_the_intake_off():
