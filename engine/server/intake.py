@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import pickle
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -62,9 +63,12 @@ ORPHAN_POLL_S = 1.0
 
 def _exit_when_orphaned(parent: int) -> None:
     """End this process once ``parent`` is gone (a server killed with SIGKILL never shuts its pool
-    down, and the child holds both ends of its own queue, so it would wait for work forever)."""
+    down, and the child holds both ends of its own queue, so it would wait for work forever).
+    The launcher uses ``PR_SET_PDEATHSIG`` for external servers; polling the parent id needs no
+    ctypes, works off Linux, and does not hang on which thread spawned the child (the signal
+    fires when that thread ends, and a pool spawns from whichever thread submits)."""
     while os.getppid() == parent:
-        threading.Event().wait(ORPHAN_POLL_S)
+        time.sleep(ORPHAN_POLL_S)
     os._exit(0)
 
 

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
@@ -22,6 +21,7 @@ import engine.server.body as body_module
 from engine import Engine
 from engine.server import ServerThread, create_app
 from engine.server.limits import ServerLimits
+from tests.procs import gone
 
 CHAT, SCORE = "/v1/chat/completions", "/v1/akv/score"
 HI = [{"role": "user", "content": "hi"}]
@@ -148,15 +148,6 @@ input()
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purpose
-        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc to tell a zombie from a live child")
 def test_the_child_exits_when_its_server_is_killed_outright():
     server = subprocess.Popen([sys.executable, "-c", SERVER_THAT_DIES], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -164,14 +155,11 @@ def test_the_child_exits_when_its_server_is_killed_outright():
     try:
         assert server.stdout is not None
         child = int(server.stdout.readline())
-        assert _alive(child)
+        assert not gone(child, timeout=0.5), f"intake child {child} ended before its server did"
     finally:
         server.kill()  # SIGKILL: no shutdown runs in the server
         server.wait(timeout=30)
-    deadline = time.monotonic() + 15  # the child polls its parent every second
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _alive(child), f"intake child {child} outlived its killed server"
+    assert gone(child, timeout=15), f"intake child {child} outlived its killed server"  # it polls every second
 
 
 def test_the_threshold_is_checked_and_zero_turns_the_intake_off():

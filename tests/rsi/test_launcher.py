@@ -21,36 +21,9 @@ from engine.errors import AKVError
 from rsi.cache.command import CommandError, CommandTemplate
 from rsi.cache.executors.launcher import LaunchError, ServerProcess, ServerState
 from tests.engine.agent import trajectory
+from tests.procs import gone
 
 AKV_SERVE = "{python} -m rsi.cli serve --model {model} --port {port} --host {host} --template plain --threads 1"
-
-
-def gone(pid: int, timeout: float = 10.0) -> bool:
-    """Whether process ``pid`` (our child or not) has ended within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                return True
-        except ChildProcessError:
-            pass  # not our child: fall back to signal 0
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if _zombie(pid):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return False
 
 
 @pytest.fixture
