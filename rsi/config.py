@@ -51,13 +51,17 @@ class DataConfig:
     """Which tasks: suite name or path, how many per split (0 = all, chosen evenly by family), the
     longest task to use (tokens under the gemma template; 0 = no limit), and how many of the held-out
     split's evenly chosen tasks to skip first (``heldout_offset``: a later run can be judged on
-    held-out tasks an earlier run never saw)."""
+    held-out tasks an earlier run never saw). ``guide_tasks``: train-split tasks after the
+    ``train_tasks`` that the proposer reads at zero forwards only (its hindsight and its screen,
+    with the full cache assumed to pass every probe and a dropped evidence to fail it): more
+    evidence for choosing rules than the few tasks the model evaluates, none of it held out."""
 
     suite: str = "default"
     train_tasks: int = 8
     heldout_tasks: int = 6
     max_task_tokens: int = 0
     heldout_offset: int = 0
+    guide_tasks: int = 0
 
 
 @dataclass(frozen=True)
@@ -305,6 +309,7 @@ class SearchConfig:
             (_count(self.data.heldout_tasks, 0), "data.heldout_tasks", self.data.heldout_tasks, "an integer >= 0"),
             (_count(self.data.heldout_offset, 0), "data.heldout_offset", self.data.heldout_offset,
              "an integer >= 0"),
+            (_count(self.data.guide_tasks, 0), "data.guide_tasks", self.data.guide_tasks, "an integer >= 0"),
             (self.optuna.trials >= 1, "optuna.trials", self.optuna.trials, ">= 1"),
             (self.proposer.per_generation >= 1, "proposer.per_generation", self.proposer.per_generation, ">= 1"),
             (isinstance(self.cascade.enabled, bool), "cascade.enabled", self.cascade.enabled, "true or false"),

@@ -96,6 +96,17 @@ class EvidenceTable:
             raise TaskError("the full and drop_evidence controls have different probes", field="probes")
         return cls({k: ProbeOutcome(kept[k], gone[k]) for k in kept})
 
+    @classmethod
+    def assumed(cls, tasks: Iterable[Task]) -> EvidenceTable:
+        """Outcomes the model was never asked for: every probe of ``tasks`` passes with its
+        evidence attended and fails without it (what a calibrated suite is built to do; measured
+        outcomes differ on the probes the full cache fails or a dropped evidence passes by chance)."""
+        return cls({(t.id, i): ProbeOutcome(True, False) for t in tasks for i in range(len(t.probes))})
+
+    def merged(self, other: EvidenceTable) -> EvidenceTable:
+        """Both tables' outcomes (this one's where both have a probe)."""
+        return EvidenceTable({**other.outcomes, **self.outcomes})
+
     def tasks(self) -> set[str]:
         return {t for t, _ in self.outcomes}
 

@@ -111,6 +111,7 @@ class Search:
         self.duplicates = 0  # proposals refused because they behave as a program the search already has
         self.hindsight: Hindsight | None = None  # the oracle's view of train (oracle.feedback), for proposers
         self.smoke: list[Episode] = []  # the train episodes: behaviour fingerprints are made on them
+        self.guide: list[Task] = []  # train-split tasks the proposer reads at zero forwards (data.guide_tasks)
         self._progress_enabled = progress
         self._outputs_generation = self._written_generation()
         self.progress = SearchProgress(0, enabled=False)  # replaced by run() once the tasks are known
@@ -169,12 +170,14 @@ class Search:
         return self._proposer
 
     def _program_screen(self) -> Any:
-        """A program's (cost, predicted pass) on train at zero forwards (the cascade's proxy), or None."""
+        """A program's (cost, predicted pass) on train and the guide tasks at zero forwards (the
+        cascade's proxy; the guide tasks' probes at their assumed outcomes), or None."""
         proxy = self._proxy
         assert proxy is not None
 
         def screen(source: str, params: Any) -> tuple[float, float] | None:
-            m = aggregate(proxy.evaluate_many(PolicySpec("program", dict(params), source=source), self.train))
+            m = aggregate(proxy.evaluate_many(PolicySpec("program", dict(params), source=source),
+                                              self.train + self.guide))
             return (m.cost_cents_mean, m.pass_rate) if m.ok else None
 
         return screen
@@ -186,6 +189,11 @@ class Search:
             return None
         fulls = self.evaluate(PolicySpec("full"), self.train)
         episodes = [Episode.of(list(t.messages), self._counts(t)) for t in self.train]
+        guide_fulls: list[TaskResult] = []
+        if self.guide:  # the full cache at its assumed outcomes: every probe required
+            assumed = self._proxy or ProxyReplay(self._dry_engine(), EvidenceTable.assumed(self.guide),
+                                                 self.eval_config)
+            guide_fulls = assumed.evaluate_many(PolicySpec("full"), self.guide)
         replay = Replay(self._dry_engine(), self.eval_config)  # type: ignore[arg-type]  # (accounts only)
 
         def cost(spec: PolicySpec, task: Task) -> float:
@@ -198,7 +206,13 @@ class Search:
             self.progress.replan(self.config.oracle.budget * len(self.train))
         found = build_hindsight(self.train, episodes, fulls, cost, judge if mode == "model" else None,
                                 self.config.oracle.budget)
-        self._say(f"hindsight for the proposer: {found.source} on {len(found.needed)} train tasks "
+        guided = ""
+        if self.guide:
+            more = build_hindsight(self.guide, [Episode.of(list(t.messages), self._counts(t)) for t in self.guide],
+                                   guide_fulls, cost)
+            found = Hindsight(found.episodes + more.episodes, found.needed + more.needed, found.source)
+            guided = f" + evidence on {len(self.guide)} guide tasks"
+        self._say(f"hindsight for the proposer: {found.source} on {len(self.train)} train tasks{guided} "
                   f"({sum(len(n) for n in found.needed)} needed messages)")
         return found
 
@@ -253,8 +267,10 @@ class Search:
         log.info("search %s attempt %d in %s; config %s", cfg.name, self.state["attempt"], self.run_dir,
                  json.dumps(cfg.to_dict()))
         self.train = select_tasks(self._suite("train"), cfg.data.train_tasks)
+        self.guide = self._guide_tasks()
         self.heldout = self._heldout_tasks()
-        self.progress.write(f"search {cfg.name}: {len(self.train)} train / {len(self.heldout)} held-out tasks, "
+        guided = f" (+{len(self.guide)} guide tasks at zero forwards)" if self.guide else ""
+        self.progress.write(f"search {cfg.name}: {len(self.train)} train{guided} / {len(self.heldout)} held-out tasks, "
                             f"{cfg.generations} generations, run dir {self.run_dir}")
         check = self.store.check
         if check.loaded or not check.clean:
@@ -325,6 +341,20 @@ class Search:
             tasks = [t for t in tasks if t.n_tokens is None or t.n_tokens <= cap]
         return tasks
 
+    def _guide_tasks(self) -> list[Task]:
+        """``data.guide_tasks`` train-split tasks after the evaluated ones (``select_tasks`` order)."""
+        n = self.config.data.guide_tasks
+        if n == 0:
+            return []
+        pool = self._suite("train")
+        if len(pool) <= len(self.train):
+            raise ConfigError(f"data.guide_tasks: the train split has {len(pool)} tasks and data.train_tasks uses "
+                              "them all; lower train_tasks or set guide_tasks to 0", field="data.guide_tasks", value=n)
+        guide = select_tasks(pool, n, len(self.train))
+        if len(guide) < n:
+            log.warning("data.guide_tasks: %d asked, the train split has %d after the evaluated tasks", n, len(guide))
+        return guide
+
     def _counts(self, task: Task) -> list[int]:
         """Tokens per message as the evaluating engine counts them (its model and template)."""
         renderer = (self._engine.renderer if self._engine is not None
@@ -394,7 +424,7 @@ class Search:
             self.progress.replan(2 * len(self.train))
             full = self.evaluate(PolicySpec("full"), self.train)
             dropped = self.evaluate(PolicySpec(DIAGNOSTIC), self.train)
-        table = EvidenceTable.fit(full, dropped)
+        table = EvidenceTable.fit(full, dropped).merged(EvidenceTable.assumed(self.guide))
         proxy = ProxyReplay(self._dry_engine(), table, self.eval_config)
         for c in self.archive.candidates:  # (not ``full``: the proxy reproduces its control by construction)
             if c.expert and c.spec != "full" and c.train is not None and c.train.ok:

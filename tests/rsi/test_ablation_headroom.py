@@ -1,6 +1,7 @@
-"""A tiny search with the synthesis proposer, the tuning-only arm and the held-out headroom, end to end:
-the arm spends the generations' budget, its choice is a headline comparator, the headroom's numbers
-are the stored evaluations, the report and akv pool read them."""
+"""A tiny search with the synthesis proposer, the tuning-only arm, guide tasks and the held-out headroom,
+end to end: the arm spends the generations' budget, its choice is a headline comparator, the guide
+tasks reach the proposer without a model evaluation, the headroom's numbers are the stored
+evaluations, the report and akv pool read them."""
 
 from __future__ import annotations
 
@@ -8,23 +9,50 @@ import json
 
 import pytest
 
+from evals.cache.fidelity import ProbeOutcome
+from evals.tasks import load_suite, select_tasks
 from rsi.archive import Archive, Status
 from rsi.cache.headline import read_headline, read_headroom
 from rsi.cache.search import Search
 from rsi.cli import main
+from rsi.config import ConfigError
 from rsi.store import EvalStore
 from tests.rsi.conftest import tiny_config
 
 CONFIG = {"proposer": {"kind": "synthesis", "per_generation": 2, "parents": 2, "candidates": 3},
           "cascade": {"enabled": True, "trials": 6, "promote": 1}, "ablation": True,
-          "oracle": {"heldout": True, "budget": 2, "bound_budget": 1, "single_budget": 1}}
+          "oracle": {"heldout": True, "budget": 2, "bound_budget": 1, "single_budget": 1},
+          "data": {"guide_tasks": 2}}
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tiny_plain):
-    run_dir = tmp_path_factory.mktemp("ablation") / "run"
-    Search(tiny_config(**CONFIG), run_dir, engine=tiny_plain, progress=False).run()
-    return run_dir
+def searched(tmp_path_factory, tiny_plain):
+    search = Search(tiny_config(**CONFIG), tmp_path_factory.mktemp("ablation") / "run", engine=tiny_plain,
+                    progress=False)
+    search.run()
+    return search
+
+
+@pytest.fixture(scope="module")
+def run(searched):
+    return searched.run_dir
+
+
+def test_guide_tasks_reach_the_proposer_without_a_model_evaluation(searched):
+    guide, train = searched.guide, searched.train
+    ids = {t.id for t in guide}
+    assert len(guide) == 2 and not ids & {t.id for t in train + searched.heldout}
+    assert [t.id for t in select_tasks(load_suite("smoke", "train"), 4)] == [t.id for t in train + guide]
+    stored = {r["task_id"] for r in EvalStore(searched.run_dir / "evaluations.jsonl").rows()}
+    assert not ids & stored  # the model never ran on them
+    hindsight = searched.hindsight
+    assert hindsight is not None and len(hindsight.needed) == len(train) + len(guide)
+    for task, needed in zip(guide, hindsight.needed[len(train):]):  # every probe assumed passed by the full cache
+        evidence = [set(p.evidence_ids) for p in task.probes]
+        assert set(needed) <= set().union(*evidence) and all(e & set(needed) for e in evidence if e)
+    proxy = searched._proxy
+    assert proxy is not None and all(proxy.table.outcomes[(t.id, i)] == ProbeOutcome(True, False)
+                                     for t in guide for i in range(len(t.probes)))
 
 
 def test_the_tuning_only_arm_spends_the_generations_budget_and_joins_the_headline(run):
@@ -74,3 +102,12 @@ def test_the_report_and_the_pool_read_the_ablation(run, capsys):
     assert status == 0 and "vs tuning-only" in out and "expert:full" not in out
     assert main(["pool", str(run), "--versus", "nothing-like-this", "--samples", "200"]) == 2
     assert "no comparison with 'nothing-like-this'" in capsys.readouterr().err
+
+
+def test_guide_tasks_need_train_tasks_left_over(tmp_path, tiny_plain):
+    config = tiny_config(data={"train_tasks": 0, "guide_tasks": 2})
+    with pytest.raises(ConfigError, match=r"data\.guide_tasks: the train split has 8 tasks") as err:
+        Search(config, tmp_path / "run", engine=tiny_plain, progress=False).run()
+    assert err.value.field == "data.guide_tasks"
+    assert not list((tmp_path / "run").glob("evaluations.jsonl")) or not EvalStore(
+        tmp_path / "run" / "evaluations.jsonl").rows()

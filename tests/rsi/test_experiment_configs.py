@@ -88,6 +88,7 @@ def test_bad_remote_options_name_the_key(raw, exc, field, message):
     ({"executor": {"replicas": 0}}, "executor.replicas", "an integer >= 1, got 0"),
     ({"executor": {"timeout_s": float("nan")}}, "executor.timeout_s", "a positive number of seconds"),
     ({"heldout_front": -2}, "heldout_front", "an integer >= 0"),
+    ({"data": {"guide_tasks": -1}}, "data.guide_tasks", "an integer >= 0, got -1"),
     ({"proposer": {"parents": 0}}, "proposer.parents", "an integer >= 1"),
     ({"optuna": {"fidelity_tasks": -1}}, "optuna.fidelity_tasks", "an integer >= 0"),
     ({"seeds": ["rolling_drop", "nosuch"]}, "seeds[1]", "unknown seed 'nosuch'; valid seeds: full"),
