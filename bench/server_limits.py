@@ -147,8 +147,9 @@ def _start(model: str, port: int) -> subprocess.Popen:
     deadline = time.monotonic() + 300
     while True:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
+            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            if health.status_code == 200 and health.json().get("intake") != "starting":
+                return proc  # (measured once the intake child is up, not while it imports on the server's core)
         except httpx.HTTPError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:

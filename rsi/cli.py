@@ -89,7 +89,7 @@ def _serve(args: argparse.Namespace) -> int:
                                          max_score_tokens=args.max_score_tokens, intake_bytes=args.intake_bytes),
                      tenant_limits=TenantLimits(args.key_concurrency, args.key_rate, args.key_burst))
     if args.intake_bytes:
-        app.state.intake.warm()  # its start-up (seconds) before the first large body, not during it
+        app.state.intake.start()  # its start-up (seconds) beside the server's, not in the first large body
     keys = f"{len(tenants.names)} API key(s)" if tenants.keyed else "no API keys"
     print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots}; {keys})", flush=True)
     serve(app, args.host, args.port)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import json
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,9 +73,12 @@ def _convert(dest: Path, with_model: bool) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path()
+    tok_dir = dest.parent / f"{DEFAULT_MODEL}-tokenizer"
     with atomic_dir(dest) as tmp:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tok.save_pretrained(tmp)
+        if with_model and (tok_dir / "tokenizer.json").exists():  # converted before, for a tiny model: 15 s saved
+            shutil.copytree(tok_dir, tmp, dirs_exist_ok=True)
+        else:
+            AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(tmp)
         if with_model:
             model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                               dtype=torch.float32)

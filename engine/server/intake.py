@@ -15,7 +15,7 @@ milliseconds), and checked again in full. So the intake changes which bodies the
 never what it answers, except that for a large body the intake's refusal comes before the
 route's own checks (an unknown ``model``, ``n``, unsupported fields).
 
-The child starts on the first large body (or at :meth:`Intake.warm`, which ``akv serve`` calls),
+The child starts on the first large body (or at :meth:`Intake.start`, which ``akv serve`` calls),
 and is started again after a failure; while it cannot serve, bodies are parsed in the server as
 before, and the failure is logged.
 """
@@ -30,7 +30,7 @@ import os
 import pickle
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -111,6 +111,7 @@ class Intake:
         self._spec = (window.max_context, window.renderer.tokenizer, window.renderer.template, limits)
         self._threshold = limits.intake_bytes
         self._pool: ProcessPoolExecutor | None = None
+        self._started: Future[tuple[int, int]] | None = None  # the current child's first answer
         self._lock = threading.Lock()
         self.screened = 0
         self.refused = 0
@@ -121,6 +122,19 @@ class Intake:
         """Whether a child is started (and not yet found broken or stopped)."""
         return self._pool is not None
 
+    @property
+    def state(self) -> str:
+        """``off`` (no threshold), ``idle`` (no child yet: the next large body starts one),
+        ``starting``, ``ready``, or ``failed`` (its start failed; the next large body starts another)."""
+        started = self._started
+        if self._threshold == 0:
+            return "off"
+        if self._pool is None or started is None:
+            return "idle"
+        if not started.done():
+            return "starting"
+        return "failed" if started.exception() is not None else "ready"
+
     def wants(self, raw: bytes, model: type[BaseModel]) -> bool:
         """Whether ``raw`` (a body for ``model``) goes through the intake."""
         return 0 < self._threshold <= len(raw) and model.__name__ in SCREENED and SCREENED[model.__name__] is model
@@ -130,12 +144,19 @@ class Intake:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_start, initargs=self._spec)
+                self._started = self._pool.submit(_ready)
             return self._pool
 
     def warm(self) -> tuple[int, int]:
-        """Start the child now (seconds: it imports the server and unpickles the tokenizer); its
-        process id and niceness."""
-        return self._executor().submit(_ready).result()
+        """Start the child now and wait for it (seconds: it imports the server and unpickles the
+        tokenizer); its process id and niceness."""
+        return self.start().result()
+
+    def start(self) -> Future[tuple[int, int]]:
+        """Start the child without waiting for it (``akv serve``: the server listens meanwhile, and
+        a large body that comes before the child is up waits for it, as the first one would;
+        :attr:`state` says when it is up)."""
+        return self._executor().submit(_ready)
 
     async def screen(self, raw: bytes, model: type[BaseModel]) -> None:
         """Raise the refusal the intake finds for ``raw``; return if it finds none or cannot answer.
@@ -166,12 +187,12 @@ class Intake:
     def _discard(self, pool: ProcessPoolExecutor) -> None:
         with self._lock:
             if self._pool is pool:
-                self._pool = None
+                self._pool, self._started = None, None
         pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
         """Stop the child (the app's lifespan calls this on shutdown)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            pool, self._pool, self._started = self._pool, None, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -272,6 +272,7 @@ def test_akv_serve_command_line(tmp_path):
         r = client.chat.completions.create(model="tiny-random", messages=trajectory(2), max_tokens=3)
         assert r.usage.prompt_tokens > 0
         assert "akv_survival_paused_sessions" in httpx.get(f"http://127.0.0.1:{port}/metrics").text  # --survival
+        assert httpx.get(f"http://127.0.0.1:{port}/health").json()["intake"] in ("starting", "ready")  # not awaited
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)

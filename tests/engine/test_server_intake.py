@@ -166,3 +166,25 @@ def test_the_threshold_is_checked_and_zero_turns_the_intake_off():
     assert ServerLimits(intake_bytes=0).intake_bytes == 0
     with pytest.raises(ValueError, match="intake_bytes must be a non-negative integer, got -1"):
         ServerLimits(intake_bytes=-1)
+
+
+def test_health_says_where_the_intake_is(tiny, tmp_path):
+    eng = Engine(tiny.model, tiny.tokenizer, "gemma", max_context=512, name="tiny-random")
+
+    def intake_state(srv: ServerThread) -> str:
+        return httpx.get(srv.base_url + "/health").json()["intake"]
+
+    off = create_app(eng, snapshot_dir=tmp_path / "off", limits=ServerLimits(intake_bytes=0))
+    with ServerThread(off) as srv:
+        assert intake_state(srv) == "off"
+    app = create_app(eng, snapshot_dir=tmp_path / "on", limits=ServerLimits(intake_bytes=INTAKE))
+    with ServerThread(app) as srv:
+        assert intake_state(srv) == "idle"  # nothing started it yet
+        started = app.state.intake.start()  # what akv serve does: the server answers meanwhile
+        assert intake_state(srv) in ("starting", "ready")
+        pid, _ = started.result(timeout=120)
+        assert intake_state(srv) == "ready" and not gone(pid, timeout=0.2)
+        os.kill(pid, signal.SIGKILL)
+        route, raw, _ = BODIES["5,000 messages"]
+        r = httpx.post(srv.base_url + route, content=raw, headers={"Content-Type": "application/json"}, timeout=120)
+        assert r.status_code == 413 and intake_state(srv) == "idle"  # found broken and discarded

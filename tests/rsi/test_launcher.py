@@ -23,7 +23,9 @@ from rsi.cache.executors.launcher import LaunchError, ServerProcess, ServerState
 from tests.engine.agent import trajectory
 from tests.procs import gone
 
-AKV_SERVE = "{python} -m rsi.cli serve --model {model} --port {port} --host {host} --template plain --threads 1"
+# (--intake-bytes 0: these launch, crash and restart servers; the intake has its own tests and a child per start)
+AKV_SERVE = ("{python} -m rsi.cli serve --model {model} --port {port} --host {host} --template plain --threads 1 "
+             "--intake-bytes 0")
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from rsi.cache.executors import make_executor
 from rsi.cache.executors.base import EvalRequest
 from rsi.cache.executors.local import LocalExecutor
 from rsi.store import EvalStore, eval_key
+from tests.procs import gone
 from tests.rsi.conftest import tiny_config
-from tests.rsi.test_launcher import AKV_SERVE, gone
+from tests.rsi.test_launcher import AKV_SERVE
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see tests/conftest.py
 

@@ -13,7 +13,9 @@ from rsi.cache.executors.launcher import ServerProcess
 from search_spaces import estimate_tokens, export_policy, get_policy
 
 ROOT = Path(__file__).resolve().parents[2]
-AKV_SERVE = "{python} -m rsi.cli serve --model {model} --port {port} --host {host} --template plain --threads 1"
+# (--intake-bytes 0: the harness sends small bodies, and the intake has its own tests)
+AKV_SERVE = ("{python} -m rsi.cli serve --model {model} --port {port} --host {host} --template plain --threads 1 "
+             "--intake-bytes 0")
 
 
 def test_example_harness_loop_against_akv_serve(tmp_path):

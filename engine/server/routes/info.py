@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.server.served import ServedDep
@@ -13,9 +13,11 @@ router = APIRouter()
 
 
 @router.get("/health")
-async def health(s: ServedDep) -> dict[str, Any]:
+async def health(s: ServedDep, request: Request) -> dict[str, Any]:
+    intake = getattr(request.app.state, "intake", None)
     return {"status": "ok", "model": s.engine.name, "queue_depth": s.scheduler.depth,
-            "integrity_checks": s.scheduler.integrity_checks, "last_error": s.scheduler.last_error}
+            "integrity_checks": s.scheduler.integrity_checks, "last_error": s.scheduler.last_error,
+            "intake": intake.state if intake is not None else "off"}
 
 
 @router.get("/v1/models")
