@@ -50,17 +50,21 @@ def gemma_counts(horizon):
     return {t.id: renderer.render(list(t.messages)).message_tokens for ts in horizon.values() for t in ts}
 
 
-def test_version_2_keeps_the_first_48_held_out_tasks_of_version_1(horizon):
+@pytest.mark.parametrize(("version", "per_family"), [(1, 8), (2, 16)])
+def test_each_version_keeps_the_held_out_tasks_of_the_one_before(horizon, version, per_family):
     from dataclasses import replace
 
     from evals.tasks import select_tasks
 
-    v1 = generate_split(replace(get_suite_spec("horizon"), version=1, tasks_per_family={"train": 8, "heldout": 8}),
-                        "heldout")
-    for offset in range(0, 48, 8):  # what a config's heldout_tasks: 8 with heldout_offset 0..40 selects
-        old, new = select_tasks(v1, 8, offset), select_tasks(horizon["heldout"], 8, offset)
+    spec = replace(get_suite_spec("horizon"), version=version, tasks_per_family={"train": 8, "heldout": per_family})
+    before = generate_split(spec, "heldout")
+    kept = 6 * per_family
+    for offset in range(0, kept, 8):  # what a config's heldout_tasks: 8 with heldout_offset 0, 8, ... selects
+        old, new = select_tasks(before, 8, offset), select_tasks(horizon["heldout"], 8, offset)
         assert [(t.family, t.messages, t.probes) for t in old] == [(t.family, t.messages, t.probes) for t in new]
-    assert len({t.id for t in select_tasks(horizon["heldout"], 48, 48)}) == 48  # and 48 tasks v1 did not have
+    added = select_tasks(horizon["heldout"], 0, kept)
+    assert len({t.id for t in added}) == len(added) > 0  # and tasks that version did not have
+    assert not {(t.family, str(t.messages)) for t in added} & {(t.family, str(t.messages)) for t in before}
 
 
 def test_registered_and_versioned():
