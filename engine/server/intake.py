@@ -156,7 +156,9 @@ class Intake:
         """Start the child without waiting for it (``akv serve``: the server listens meanwhile, and
         a large body that comes before the child is up waits for it, as the first one would;
         :attr:`state` says when it is up)."""
-        return self._executor().submit(_ready)
+        self._executor()
+        started = self._started  # (the child's first answer, asked for when its pool was made)
+        return started if started is not None else self._executor().submit(_ready)
 
     async def screen(self, raw: bytes, model: type[BaseModel]) -> None:
         """Raise the refusal the intake finds for ``raw``; return if it finds none or cannot answer.
