@@ -42,17 +42,20 @@ SLIDING_CHUNK = 256
 
 def position_mask(
     q_pos: np.ndarray, k_pos: np.ndarray, window: int | None, dtype: torch.dtype = torch.float32,
-    device: torch.device | str | None = None,
+    device: torch.device | str | None = None, seen: np.ndarray | None = None,
 ) -> torch.Tensor:
     """Float additive mask [Tq, Tk]: 0 where allowed, the dtype's minimum where not.
 
-    Built on ``device`` (only the position vectors are copied there, not the mask).
+    ``seen`` [Tq, Tk] (optional): which keys each query may see at all, besides causality and the
+    window. Built on ``device`` (only the position vectors and ``seen`` are copied there).
     """
     q = torch.as_tensor(q_pos, device=device)[:, None]
     k = torch.as_tensor(k_pos, device=device)[None, :]
     allowed = k <= q
     if window is not None:
         allowed &= (q - k) < window
+    if seen is not None:
+        allowed &= torch.as_tensor(seen, device=q.device)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=q.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)
 
@@ -78,11 +81,15 @@ class Block:
 def plan_blocks(
     q_pos: np.ndarray, k_pos: np.ndarray, window: int | None, dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None, chunk: int | None = None,
+    groups: np.ndarray | None = None, member: np.ndarray | None = None,
 ) -> tuple[Block, ...]:
     """The blocks (and masks) of queries at ``q_pos`` over keys at ``k_pos``, both ascending.
 
     Args:
         chunk: queries per block (default: :data:`QUERY_CHUNK`, or :data:`SLIDING_CHUNK` with a window).
+        groups, member: queries of several views over one key order: query i may see key j only
+            where ``member[groups[i], j]`` ([Tq] group ids, [G, Tk] booleans); a block whose
+            queries all see every key of its range plans as without them.
 
     Every query must see at least one key (itself, normally).
     """
@@ -96,13 +103,16 @@ def plan_blocks(
         k1 = int(np.searchsorted(k_pos, qp[-1], side="right"))
         k0 = 0 if window is None else int(np.searchsorted(k_pos, qp[0] - window, side="right"))
         kp = k_pos[k0:k1]
+        seen = None if member is None or groups is None else member[groups[q0:q1], k0:k1]
+        if seen is not None and bool(seen.all()):
+            seen = None
         in_window = window is None or int(qp[-1] - kp[0]) < window
-        if q1 - q0 == 1 or (in_window and kp[-1] <= qp[0]):
+        if seen is None and (q1 - q0 == 1 or (in_window and kp[-1] <= qp[0])):
             blocks.append(Block(q0, q1, k0, k1, None, causal=False))  # every key visible
-        elif in_window and np.array_equal(qp, kp) and bool(np.all(np.diff(qp) > 0)):
+        elif seen is None and in_window and np.array_equal(qp, kp) and bool(np.all(np.diff(qp) > 0)):
             blocks.append(Block(q0, q1, k0, k1, None, causal=True))
         else:
-            blocks.append(Block(q0, q1, k0, k1, position_mask(qp, kp, window, dtype, device), causal=False))
+            blocks.append(Block(q0, q1, k0, k1, position_mask(qp, kp, window, dtype, device, seen), causal=False))
     return tuple(blocks)
 
 

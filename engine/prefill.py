@@ -6,6 +6,11 @@ differ in alive sets and position deltas (restoring a history with many drops, o
 several candidate answers), yet everything except attention runs once over all query tokens:
 embeddings, projections, norms and MLPs are batched; only attention is split by job.
 
+When no job rotates a key and the jobs' keys fit one position order not much longer than the
+largest job's (a history restored with drops: each segment's view is the one before it less what
+was dropped), the jobs attend as one: every query over that order, a key a query's job does not
+see masked out. That reads the keys in place instead of copying each job's keys layer by layer.
+
 Keys come from two places: stored KV gathered from the tree (``ext``) and this pass's own
 queries (``new``, available layer by layer as the pass proceeds). A key stored at position p and
 seen at position p' is rotated by p' - p on the fly; values are used as stored. Sliding-window
@@ -138,9 +143,14 @@ def batched_prefill(
         in_ext = _member(tokens, ext_idx)
         return np.where(in_ext, np.searchsorted(ext_idx, tokens), m + np.searchsorted(compute_idx, tokens))
 
-    starts = np.concatenate([[0], np.cumsum([len(j.queries) for j in jobs])[:-1]]).astype(int)
-    rotations: dict[tuple[str, bytes, bytes], _Rotation] = {}  # jobs with the same deltas share their tables
-    plans = [_plan_job(model, job, col_of(job.keys), compute_pos, int(r), rotations) for job, r in zip(jobs, starts)]
+    merged = _merged_plan(model, jobs, all_keys, col_of(all_keys), compute_idx, compute_pos)
+    if merged is not None:
+        plans = [merged]
+    else:
+        starts = np.concatenate([[0], np.cumsum([len(j.queries) for j in jobs])[:-1]]).astype(int)
+        rotations: dict[tuple[str, bytes, bytes], _Rotation] = {}  # jobs with the same deltas share their tables
+        plans = [_plan_job(model, job, col_of(job.keys), compute_pos, int(r), rotations)
+                 for job, r in zip(jobs, starts)]
 
     def attend_jobs(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     rows: np.ndarray | None) -> torch.Tensor:
@@ -158,8 +168,10 @@ def batched_prefill(
                 if a == b:
                     continue
                 dest = slice(int(a), int(b))
-                blocks = plan_blocks(p.q_pos[rows[a:b] - p.rows.start], p.key_pos[lo:], window, model.dtype,
-                                     model.device)
+                sub = rows[a:b] - p.rows.start
+                blocks = plan_blocks(p.q_pos[sub], p.key_pos[lo:], window, model.dtype, model.device,
+                                     groups=None if p.groups is None else p.groups[sub],
+                                     member=None if p.member is None else p.member[:, lo:])
             kj, vj, shared = _columns(src_k, src_v, p.cols[lo:])
             r = p.rot[kind]
             if r is not None:
@@ -200,6 +212,8 @@ class _JobPlan:
             (indices into ``cols``) with the cos/sin of the delta, or ``None``.
         slide_lo: per sliding window, the first key inside the window of the job's first query.
         blocks: per window (``None``: full attention), the attention blocks over ``cols[slide_lo:]``.
+        groups, member: (the jobs merged into one plan) each row's job and [jobs, K] which keys
+            each job sees; ``None`` for one job.
     """
 
     rows: slice
@@ -209,6 +223,40 @@ class _JobPlan:
     rot: dict[str, _Rotation]
     slide_lo: dict[int, int]
     blocks: dict[int | None, tuple[Block, ...]]
+    groups: np.ndarray | None = None
+    member: np.ndarray | None = None
+
+
+MERGE_KEYS = 1.5
+"""Jobs attend as one only while their keys together are at most this many times the largest
+job's: a merged query reads every key of the order up to its position, masked or not."""
+
+
+def _merged_plan(model: LeanModel, jobs: Sequence[Job], keys: np.ndarray, cols: np.ndarray,
+                 compute_idx: np.ndarray, compute_pos: np.ndarray) -> _JobPlan | None:
+    """One plan for all ``jobs`` over the union of their ``keys`` (columns ``cols``), or ``None``
+    when they cannot share it: fewer than two jobs, a key seen at a position other than its compute
+    position (a rotation), positions of the queries or of the keys not strictly ascending (so that
+    a position names one key), or a union longer than :data:`MERGE_KEYS` times the largest job's
+    keys. Exact: each query sees the keys its own job lists, by the same causal and window rule."""
+    if len(jobs) < 2 or keys.size > MERGE_KEYS * max(len(j.keys) for j in jobs):
+        return None
+    if any(not np.array_equal(j.key_pos, compute_pos[j.keys]) for j in jobs):
+        return None
+    q_pos, key_pos = compute_pos[compute_idx], compute_pos[keys]
+    if not (bool(np.all(np.diff(q_pos) > 0)) and bool(np.all(np.diff(key_pos) > 0))):
+        return None
+    groups = np.repeat(np.arange(len(jobs)), [len(j.queries) for j in jobs])
+    member = np.stack([_member(keys, j.keys) for j in jobs])
+    slide_lo = {w: int(np.searchsorted(key_pos, q_pos[0] - w, side="right"))
+                for w in set(model.windows) if w is not None}
+    blocks = {}
+    for w in set(model.windows):
+        lo = slide_lo[w] if w is not None else 0
+        blocks[w] = plan_blocks(q_pos, key_pos[lo:], w, model.dtype, model.device, groups=groups,
+                                member=member[:, lo:])
+    return _JobPlan(slice(0, len(compute_idx)), q_pos, key_pos, cols, dict.fromkeys(model.ropes), slide_lo,
+                    blocks, groups, member)
 
 
 def _plan_job(model: LeanModel, job: Job, cols: np.ndarray, compute_pos: np.ndarray, row: int,

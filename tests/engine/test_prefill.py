@@ -94,3 +94,44 @@ def test_flop_count_of_gemma_shapes():
     assert step.attention == per_key * (2 * 4 + 11)
     with pytest.raises(ValueError):
         forward_flops(shape, 0)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+def test_restore_with_drops_attends_as_one_job(name, request, monkeypatch):
+    """A history rebuilt with drops (one job per segment, no rotation) attends as one merged job
+    over all its tokens, the keys a segment does not see masked out: the logits and every K/V equal
+    the job-by-job pass and the step-by-step reference. With a reposition the jobs rotate keys, so
+    they are not merged (and still equal the reference)."""
+    import engine.prefill as prefill
+
+    m = request.getfixturevalue(name).model
+    gen = torch.Generator().manual_seed(11)
+    runs = [torch.randint(10, 5000, (n,), generator=gen).tolist() for n in (25, 14, 30, 9, 22)]
+    items = [*runs[0], Drop(((3, 9),)), *runs[1], Drop(((20, 31),)), *runs[2], Drop(((40, 52), (60, 61))),
+             *runs[3], *runs[4]]
+    merged: list[bool] = []
+    real = prefill._merged_plan
+
+    def spy(*args):
+        plan = real(*args)
+        merged.append(plan is not None)
+        return plan
+
+    monkeypatch.setattr(prefill, "_merged_plan", spy)
+
+    def run(items, merge_keys):
+        monkeypatch.setattr(prefill, "MERGE_KEYS", merge_keys)
+        h = replay(items)
+        return batched_prefill(m, h.token_ids, h.compute_pos, history_jobs(h, np.ones(h.n_tokens, dtype=bool)),
+                               _no_store, [h.n_tokens - 1, 5, 40])
+
+    one, apart = run(items, 1.5), run(items, 0.0)
+    assert merged == [True, False] and len(history_jobs(replay(items), np.ones(100, dtype=bool))) == 4
+    ref = ReferenceExecutor(m).run(items)
+    assert rel_err(one.logits[0], ref.last_logits) <= RTOL
+    assert rel_err(one.logits, apart.logits) <= RTOL
+    assert rel_err(one.keys, apart.keys) <= RTOL and rel_err(one.values, apart.values) <= RTOL
+    moved = [*items[:40], REPOSITION, *items[40:]]
+    rotated = run(moved, 1.5)
+    assert merged[-1] is False
+    assert rel_err(rotated.logits[0], ReferenceExecutor(m).run(moved).last_logits) <= RTOL
