@@ -34,12 +34,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bench import RESULTS, write_result
 from engine.engine import Engine
 from engine.history import Drop, replay
 from engine.models.flops import DecoderShape, forward_flops
+from engine.models.lean import Projection, packs_projections
 from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
 
@@ -108,45 +108,55 @@ def machine_info() -> dict[str, Any]:
                    "cpu_flags": [f for f in wanted if f in flags]}
 
 
+def _gemm_seconds(x: torch.Tensor, projections: list[Projection], repeats: int, seconds: float) -> float:
+    """Median seconds of one pass of ``x`` through every projection in turn, timed over loops of
+    about ``seconds``."""
+
+    def layers() -> None:
+        for p in projections:
+            p(x)
+
+    layers()
+    one = _timed(layers)()
+    loops = max(1, int(seconds / max(one, 1e-6)))
+
+    def many() -> None:
+        for _ in range(loops):
+            layers()
+
+    return statistics.median(_timed(many)() / loops for _ in range(repeats))
+
+
 def bench_peak(eng: Engine, repeats: int, rows: tuple[int, ...] = (512, 2048), seconds: float = 0.3) -> dict[str, Any]:
     """Sustained GEMM GFLOP/s at the model's projection shapes (its dtype and device: fp32 on CPU by
     default), and streaming read GB/s.
 
     Each shape runs over ``n_layers`` distinct weight matrices in turn (as a forward does), for
     about ``seconds`` per measurement; the figure per row count is the projections of all layers
-    (total FLOPs / total time), the median of ``repeats`` measurements. ``peak_gflops`` is the best
-    of those: the rate the prefill's projections could reach on this machine.
+    (total FLOPs / total time), the median of ``repeats`` measurements, with the faster of the two
+    kernels torch offers here: ``F.linear`` and oneDNN over packed weights (what the engine's
+    projections use where :func:`packs_projections`). ``peak_gflops`` is the best of those: the
+    rate the prefill's projections could reach on this machine.
     """
     shape = DecoderShape.from_config(eng.model.config)
     dtype, device = eng.model.dtype, eng.model.device
     gen = torch.Generator().manual_seed(0)
     weights = {name: [torch.randn(o, i, generator=gen, dtype=dtype).to(device) for _ in range(shape.n_layers)]
                for name, (o, i) in shape.gemm_shapes().items()}
+    kernels = {"F.linear": False, **({"oneDNN packed": True} if packs_projections(device, dtype) else {})}
     per_rows: dict[str, Any] = {}
     for n in rows:
         per_shape, total_flops, total_s = {}, 0, 0.0
         for name, ws in weights.items():
             x = torch.randn(n, ws[0].shape[1], generator=gen, dtype=dtype).to(device)
             flops = 2 * n * ws[0].shape[0] * ws[0].shape[1] * len(ws)
-
-            def layers(x: torch.Tensor = x, ws: list[torch.Tensor] = ws) -> None:
-                for w in ws:
-                    F.linear(x, w)
-
-            layers()
-            one = _timed(layers)()
-            loops = max(1, int(seconds / max(one, 1e-6)))
-
-            def many(k: int = loops, f: Callable[[], None] = layers) -> None:
-                for _ in range(k):
-                    f()
-
-            times = [_timed(many)() / loops for _ in range(repeats)]
-            t = statistics.median(times)
+            t = min(_gemm_seconds(x, [Projection.of(w, None, pack) for w in ws], repeats, seconds)
+                    for pack in kernels.values())
             per_shape[name] = flops / t / 1e9
             total_flops += flops
             total_s += t
-        per_rows[str(n)] = {"gflops": total_flops / total_s / 1e9, "per_shape_gflops": per_shape}
+        per_rows[str(n)] = {"gflops": total_flops / total_s / 1e9, "per_shape_gflops": per_shape,
+                            "kernels": list(kernels)}
         print(f"peak {dtype} GEMM, {n} rows: {per_rows[str(n)]['gflops']:.1f} GFLOP/s  ("
               + ", ".join(f"{k} {v:.0f}" for k, v in per_shape.items()) + ")", flush=True)
     buf = torch.ones(128 * 2**20, dtype=torch.float32, device=device)  # 512 MiB, far beyond the caches

@@ -6,14 +6,19 @@ own weights and activation: the Q/K/V and gate/up projections are fused into one
 (weights concatenated once at load), each RMSNorm is one ``rms_norm`` call with transformers'
 semantics (float32 compute; Gemma's ``1 + weight`` folded into the weight once), the query and
 key heads share one QK-norm and one RoPE call, RoPE uses float64 angles (``engine.rope``), and
-attention is a callback. ``test_lean_forward_matches_transformers`` holds it to transformers'
-own forward. Supported families: Llama-style (Llama, Qwen2, Qwen3, Mistral) and Gemma-3 text.
+attention is a callback. On CPU in float32 the four projections of each layer run through
+oneDNN with their weights packed once at load (:class:`Projection`): the same float32 products,
+1.1-1.2x faster than ``F.linear`` on prefill-sized inputs and about 1.8x on the one-row inputs of a
+decode step, where ``F.linear`` reads the weights at about 13 GB/s (``AKV_PACKED_WEIGHTS=0``
+turns it off). ``test_lean_forward_matches_transformers`` holds it to transformers' own forward.
+Supported families: Llama-style (Llama, Qwen2, Qwen3, Mistral) and Gemma-3 text.
 
 Not for: training, batching several requests' padding, or quantized weights.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,21 +93,56 @@ class _Norm:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """``x @ W.T + b`` for inputs [T, in]: oneDNN over a weight packed once (``packed``), else
+    ``F.linear`` over the dense weight."""
+
+    weight: torch.Tensor  # [out, in] dense, or oneDNN's packed layout of it
+    bias: torch.Tensor | None
+    packed: bool
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, pack: bool) -> Projection:
+        """The projection by ``weight`` [out, in]: packed when ``pack`` and oneDNN gives the same
+        result as ``F.linear`` on a random input (within float32 rounding), else dense."""
+        weight = weight.detach()
+        bias = bias.detach() if bias is not None else None
+        if pack:
+            try:
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+                x = torch.randn(3, weight.shape[1], generator=torch.Generator().manual_seed(0))
+                got = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+                want = F.linear(x, weight, bias)
+                if bool(((got - want).abs().max() <= 1e-4 * want.abs().max().clamp_min(1e-30)).item()):
+                    return cls(packed, bias, True)
+            except (RuntimeError, AttributeError):  # no oneDNN in this build, or it refused the shape
+                pass
+        return cls(weight, bias, False)
+
+
+def packs_projections(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether projections are packed for oneDNN: CPU, float32, oneDNN present, not turned off."""
+    return (device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+            and os.environ.get("AKV_PACKED_WEIGHTS", "1") != "0")
+
+
+@dataclass(frozen=True)
 class _Layer:
-    """One decoder layer's weights in the form the forward uses (shared with the module where
-    not fused)."""
+    """One decoder layer's weights in the form the forward uses."""
 
     input_norm: _Norm
-    qkv: torch.Tensor
-    qkv_bias: torch.Tensor | None
+    qkv: Projection
     qk_norm: _Norm | None  # joint over the Hq + Hkv heads
-    o: torch.Tensor
-    o_bias: torch.Tensor | None
+    o: Projection
     post_attn_norm: _Norm | None  # Gemma: on the attention output
     mlp_norm: _Norm
-    gate_up: torch.Tensor
-    down: torch.Tensor
-    down_bias: torch.Tensor | None
+    gate_up: Projection
+    down: Projection
     post_mlp_norm: _Norm | None  # Gemma: on the MLP output
     act: Callable[[torch.Tensor], torch.Tensor]
 
@@ -167,6 +207,7 @@ class LeanModel:
                 w = torch.cat([w.expand(n, -1) for n in heads]).contiguous()
             return _Norm(w, eps)
 
+        pack = packs_projections(self.device, self.dtype)
         self._layers: list[_Layer] = []
         for layer in self.layers:
             a, m = layer.self_attn, layer.mlp
@@ -181,12 +222,12 @@ class LeanModel:
                 qk_norm = _Norm(torch.cat([qn.weight, kn.weight]), qn.eps)
             gemma = self.is_gemma
             self._layers.append(_Layer(
-                input_norm=norm(layer.input_layernorm), qkv=qkv, qkv_bias=qkv_bias,
-                qk_norm=qk_norm, o=a.o_proj.weight, o_bias=a.o_proj.bias,
+                input_norm=norm(layer.input_layernorm), qkv=Projection.of(qkv, qkv_bias, pack),
+                qk_norm=qk_norm, o=Projection.of(a.o_proj.weight, a.o_proj.bias, pack),
                 post_attn_norm=norm(layer.post_attention_layernorm) if gemma else None,
                 mlp_norm=norm(layer.pre_feedforward_layernorm if gemma else layer.post_attention_layernorm),
-                gate_up=torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(),
-                down=m.down_proj.weight, down_bias=m.down_proj.bias,
+                gate_up=Projection.of(torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(), None, pack),
+                down=Projection.of(m.down_proj.weight, m.down_proj.bias, pack),
                 post_mlp_norm=norm(layer.post_feedforward_layernorm) if gemma else None, act=m.act_fn))
 
     @property
@@ -244,7 +285,7 @@ class LeanModel:
         want = np.unique(np.asarray(logit_rows if logit_rows is not None else [], dtype=np.int64))
         last_rows = None if want.size == t else want
         for li, w in enumerate(self._layers):
-            qkv = F.linear(w.input_norm(h), w.qkv, w.qkv_bias)
+            qkv = w.qkv(w.input_norm(h))
             # Queries and keys as one [T, Hq + Hkv, D] block: one QK-norm and one RoPE call for both.
             qk = qkv[:, :n_qk].view(t, hq + hkv, d)
             if w.qk_norm is not None:
@@ -262,10 +303,10 @@ class LeanModel:
                 sel = torch.as_tensor(rows, device=self.device)
                 q, h = q.index_select(1, sel), h.index_select(0, sel)
             n_rows = q.shape[1]
-            o = F.linear(attend(li, q, k, v, rows).transpose(0, 1).reshape(n_rows, hq * d), w.o, w.o_bias)
+            o = w.o(attend(li, q, k, v, rows).transpose(0, 1).reshape(n_rows, hq * d))
             h = h + (w.post_attn_norm(o) if w.post_attn_norm is not None else o)
-            gate, up = F.linear(w.mlp_norm(h), w.gate_up).chunk(2, dim=-1)
-            m = F.linear(w.act(gate).mul_(up), w.down, w.down_bias)
+            gate, up = w.gate_up(w.mlp_norm(h)).chunk(2, dim=-1)
+            m = w.down(w.act(gate).mul_(up))
             h.add_(w.post_mlp_norm(m) if w.post_mlp_norm is not None else m)
         out_logits = hidden = None
         if want.size:

@@ -46,6 +46,30 @@ def test_lean_forward_matches_transformers(name, request):
     assert rel_err(out.logits, ref) <= RTOL
 
 
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+def test_packed_projections_equal_the_dense_ones(name, request, monkeypatch):
+    """On CPU in float32 the projections are packed for oneDNN; with ``AKV_PACKED_WEIGHTS=0`` they
+    are the dense ``F.linear`` ones. Both forwards agree on every hidden state, K and V within float32
+    rounding, for a many-row input and a one-row one (a decode step)."""
+    from engine.models.lean import LeanModel
+
+    eng = request.getfixturevalue(name)
+    packed = eng.model
+    if packed.device.type != "cpu" or packed.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        pytest.skip("oneDNN packing is for CPU float32 only")
+    monkeypatch.setenv("AKV_PACKED_WEIGHTS", "0")
+    dense = LeanModel(packed.hf, packed.name)
+    assert all(w.qkv.packed and w.o.packed and w.gate_up.packed and w.down.packed for w in packed._layers)
+    assert not any(w.qkv.packed or w.down.packed for w in dense._layers)
+    ids = torch.randint(10, 5000, (40,), generator=torch.Generator().manual_seed(4)).numpy()
+    for n in (40, 1):
+        pos = np.arange(n)
+        a = packed.forward(ids[:n], pos, _causal(packed, pos), logit_rows=np.arange(n))
+        b = dense.forward(ids[:n], pos, _causal(dense, pos), logit_rows=np.arange(n))
+        for x, y in ((a.hidden, b.hidden), (a.keys, b.keys), (a.values, b.values), (a.logits, b.logits)):
+            assert rel_err(x, y) <= RTOL
+
+
 @pytest.mark.slow
 def test_lean_forward_matches_transformers_on_gemma(gemma):
     m = gemma.model
