@@ -143,7 +143,7 @@ def batched_prefill(
         in_ext = _member(tokens, ext_idx)
         return np.where(in_ext, np.searchsorted(ext_idx, tokens), m + np.searchsorted(compute_idx, tokens))
 
-    merged = _merged_plan(model, jobs, all_keys, col_of(all_keys), compute_idx, compute_pos)
+    merged = _merged_plan(model, jobs, all_keys, col_of, compute_idx, compute_pos)
     if merged is not None:
         plans = [merged]
     else:
@@ -232,13 +232,15 @@ MERGE_KEYS = 1.5
 job's: a merged query reads every key of the order up to its position, masked or not."""
 
 
-def _merged_plan(model: LeanModel, jobs: Sequence[Job], keys: np.ndarray, cols: np.ndarray,
-                 compute_idx: np.ndarray, compute_pos: np.ndarray) -> _JobPlan | None:
-    """One plan for all ``jobs`` over the union of their ``keys`` (columns ``cols``), or ``None``
-    when they cannot share it: fewer than two jobs, a key seen at a position other than its compute
-    position (a rotation), positions of the queries or of the keys not strictly ascending (so that
-    a position names one key), or a union longer than :data:`MERGE_KEYS` times the largest job's
-    keys. Exact: each query sees the keys its own job lists, by the same causal and window rule."""
+def _merged_plan(model: LeanModel, jobs: Sequence[Job], keys: np.ndarray,
+                 col_of: Callable[[np.ndarray], np.ndarray], compute_idx: np.ndarray,
+                 compute_pos: np.ndarray) -> _JobPlan | None:
+    """One plan for all ``jobs`` over the union of their ``keys`` (key-source columns by
+    ``col_of``), or ``None`` when they cannot share it: fewer than two jobs, a key seen at a
+    position other than its compute position (a rotation), positions of the queries or of the keys
+    not strictly ascending (so that a position names one key), or a union longer than
+    :data:`MERGE_KEYS` times the largest job's keys. Exact: each query sees the keys its own job
+    lists, by the same causal and window rule."""
     if len(jobs) < 2 or keys.size > MERGE_KEYS * max(len(j.keys) for j in jobs):
         return None
     if any(not np.array_equal(j.key_pos, compute_pos[j.keys]) for j in jobs):
@@ -248,25 +250,30 @@ def _merged_plan(model: LeanModel, jobs: Sequence[Job], keys: np.ndarray, cols: 
         return None
     groups = np.repeat(np.arange(len(jobs)), [len(j.queries) for j in jobs])
     member = np.stack([_member(keys, j.keys) for j in jobs])
+    slide_lo, blocks = _window_blocks(model, q_pos, key_pos, groups, member)
+    return _JobPlan(slice(0, len(compute_idx)), q_pos, key_pos, col_of(keys), dict.fromkeys(model.ropes),
+                    slide_lo, blocks, groups, member)
+
+
+def _window_blocks(model: LeanModel, q_pos: np.ndarray, key_pos: np.ndarray, groups: np.ndarray | None = None,
+                   member: np.ndarray | None = None) -> tuple[dict[int, int], dict[int | None, tuple[Block, ...]]]:
+    """Per sliding window, the first key inside the window of the first query; per window
+    (``None``: full attention), the blocks of these queries over the keys from there on."""
     slide_lo = {w: int(np.searchsorted(key_pos, q_pos[0] - w, side="right"))
                 for w in set(model.windows) if w is not None}
     blocks = {}
     for w in set(model.windows):
         lo = slide_lo[w] if w is not None else 0
         blocks[w] = plan_blocks(q_pos, key_pos[lo:], w, model.dtype, model.device, groups=groups,
-                                member=member[:, lo:])
-    return _JobPlan(slice(0, len(compute_idx)), q_pos, key_pos, cols, dict.fromkeys(model.ropes), slide_lo,
-                    blocks, groups, member)
+                                member=None if member is None else member[:, lo:])
+    return slide_lo, blocks
 
 
 def _plan_job(model: LeanModel, job: Job, cols: np.ndarray, compute_pos: np.ndarray, row: int,
               rotations: dict[tuple[str, bytes, bytes], _Rotation]) -> _JobPlan:
     deltas = job.key_pos - compute_pos[job.keys]
     q_pos = compute_pos[job.queries]
-    slide_lo = {w: int(np.searchsorted(job.key_pos, q_pos[0] - w, side="right"))
-                for w in set(model.windows) if w is not None}
-    blocks = {w: plan_blocks(q_pos, job.key_pos[slide_lo[w] if w is not None else 0:], w, model.dtype, model.device)
-              for w in set(model.windows)}
+    slide_lo, blocks = _window_blocks(model, q_pos, job.key_pos)
     sel = np.flatnonzero(deltas)
     rot = {}
     for kind in model.ropes:  # candidates of one request see one view: the same rotation, made once
