@@ -30,6 +30,19 @@ def _int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from err
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = (os.environ.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in _TRUE + _FALSE:
+        raise ValueError(f"environment variable {name} must be 1 or 0 (true/false, yes/no, on/off), "
+                         f"got {os.environ[name]!r}")
+    return raw in _TRUE
+
+
 def _path(name: str, default: Path) -> Path:
     raw = os.environ.get(name)
     return Path(raw).expanduser() if raw else default
@@ -60,6 +73,8 @@ class Settings:
             generated secret file in the snapshot dir); kept out of ``repr``.
         client_api_key: the key clients of this project (``akv live``, remote replicas) send to an
             endpoint started with ``--api-key`` (``AKV_API_KEY``); kept out of ``repr``.
+        packed_weights: on CPU in float32, run the model's projections through oneDNN over weights
+            packed at load (``AKV_PACKED_WEIGHTS``, default on; ``0`` turns it off).
     """
 
     cache_dir: Path
@@ -67,10 +82,12 @@ class Settings:
     api_keys: tuple[str, ...] = field(default=(), repr=False)
     snapshot_secret: str | None = field(default=None, repr=False)
     client_api_key: str | None = field(default=None, repr=False)
+    packed_weights: bool = True
 
 
 def settings() -> Settings:
     """Read the environment now (tests change it between calls)."""
     return Settings(cache_dir=_path("AKV_CACHE_DIR", _default_cache()), threads=_int("AKV_THREADS", 0),
                     api_keys=_list("AKV_API_KEYS"), snapshot_secret=os.environ.get("AKV_SNAPSHOT_SECRET") or None,
-                    client_api_key=os.environ.get("AKV_API_KEY") or None)
+                    client_api_key=os.environ.get("AKV_API_KEY") or None,
+                    packed_weights=_bool("AKV_PACKED_WEIGHTS", True))

@@ -18,7 +18,6 @@ Not for: training, batching several requests' padding, or quantized weights.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ import torch.nn.functional as F
 from engine.errors import ModelLoadError
 from engine.models.head import GreedyHead
 from engine.rope import Rope, apply_rope_rolled, rope_for, signed_sin
+from engine.settings import settings
 
 AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, "np.ndarray | None"], torch.Tensor]
 """(layer, q [Hq, R, D], k [Hkv, T, D], v [Hkv, T, D], rows) -> attention output [Hq, R, D].
@@ -128,7 +128,7 @@ class Projection:
 def packs_projections(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether projections are packed for oneDNN: CPU, float32, oneDNN present, not turned off."""
     return (device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
-            and os.environ.get("AKV_PACKED_WEIGHTS", "1") != "0")
+            and settings().packed_weights)
 
 
 @dataclass(frozen=True)

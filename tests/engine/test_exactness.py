@@ -70,6 +70,20 @@ def test_packed_projections_equal_the_dense_ones(name, request, monkeypatch):
             assert rel_err(x, y) <= RTOL
 
 
+@pytest.mark.parametrize("raw", ["maybe", "2", "-1"])
+def test_packed_weights_flag_refuses_a_value_it_does_not_know(raw, tiny, monkeypatch):
+    """A typo in ``AKV_PACKED_WEIGHTS`` is a one-line error naming the variable and the value, not
+    a silent choice; "off" and "0" both turn packing off."""
+    from engine.models.lean import LeanModel
+
+    monkeypatch.setenv("AKV_PACKED_WEIGHTS", raw)
+    with pytest.raises(ValueError, match=rf"AKV_PACKED_WEIGHTS must be 1 or 0 .*got '{raw}'"):
+        LeanModel(tiny.model.hf, tiny.model.name)
+    for off in ("off", "0"):
+        monkeypatch.setenv("AKV_PACKED_WEIGHTS", off)
+        assert not LeanModel(tiny.model.hf, tiny.model.name)._layers[0].qkv.packed
+
+
 @pytest.mark.slow
 def test_lean_forward_matches_transformers_on_gemma(gemma):
     m = gemma.model
