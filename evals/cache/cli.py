@@ -37,8 +37,10 @@ class Selection:
     split: str
 
 
-def load_tasks(suite: str, split: str | None, limit: int = 0) -> Selection:
-    """The tasks of ``split`` of a suite or task file, at most ``limit`` (0: all) spread over families.
+def load_tasks(suite: str, split: str | None, limit: int = 0, offset: int = 0) -> Selection:
+    """The tasks of ``split`` of a suite or task file, at most ``limit`` (0: all) spread over families,
+    after the first ``offset`` of that order (``select_tasks``: a later run can take tasks an earlier
+    one did not).
 
     ``split=None``: ``train`` when the task set has a train split, else every task (a hand-written
     file, whose tasks default to split ``custom``). ``split="all"``: every task.
@@ -51,6 +53,8 @@ def load_tasks(suite: str, split: str | None, limit: int = 0) -> Selection:
 
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise TaskError(f"--limit must be an integer >= 0 (0: every task), got {limit!r}", field="limit", value=limit)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise TaskError(f"--offset must be an integer >= 0, got {offset!r}", field="offset", value=offset)
     tasks = load_suite(suite, None)
     if not tasks:
         raise TaskError(f"{suite} holds no tasks", field="suite", value=suite)
@@ -68,7 +72,10 @@ def load_tasks(suite: str, split: str | None, limit: int = 0) -> Selection:
             raise TaskError(f"{suite}: task id {t.id!r} occurs twice (ids key token counts and results)",
                             field="id", value=t.id)
         seen.add(t.id)
-    return Selection(select_tasks(tasks, limit), split)
+    if offset >= len(tasks):
+        raise TaskError(f"--offset {offset} leaves no task: the selection holds {len(tasks)}", field="offset",
+                        value=offset)
+    return Selection(select_tasks(tasks, limit, offset), split)
 
 
 def select_suite(suite: str, split: str | None, limit: int) -> list[Task]:

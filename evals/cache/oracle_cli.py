@@ -1,12 +1,14 @@
 """``akv oracle``: the hindsight oracle and the rolling-drop bounds of a task set (library calls only).
 
     akv oracle --suite mixed --split heldout --limit 6 --out oracle.json
+    akv oracle --suite horizon --split heldout --offset 96 --limit 24 --out oracle.json   # tasks 97-120
     akv oracle --suite my_tasks.jsonl --model tiny-random --exact-max 10 --out oracle.json
     akv oracle --suite horizon --split heldout --check RUN_DIR   # stored results cheaper than the oracle?
 
 Prints one line per task as it is done and a summary table; writes ``--out`` (JSON: per task the
 full cache, the oracle's schedule and steps, the per-task rolling-drop bound; the one-setting
-bound and the paired gap; with ``--check``, the run's stored results that beat the oracle).
+bound and the paired gap; the rule table over role, tool and length chosen with hindsight (unless
+``--no-table``); with ``--check``, the run's stored results that beat the oracle).
 """
 
 from __future__ import annotations
@@ -70,8 +72,13 @@ def summary_lines(h: Headroom) -> list[str]:
     full = t["full"] or 1.0
     lines = [f"{'':28s} {'cost (c)':>10s} {'vs full':>8s}"]
     for name, key in (("full cache", "full"), ("rolling drop, one setting", "single_rolling"),
-                      ("rolling drop, per task", "per_task_rolling"), ("hindsight oracle", "oracle")):
-        lines.append(f"{name:28s} {t[key]:10.4f} {100 * (t[key] / full - 1):+7.1f}%")
+                      ("rolling drop, per task", "per_task_rolling"), ("rule table (role/tool/length)", "rule_table"),
+                      ("hindsight oracle", "oracle")):
+        if key in t:
+            lines.append(f"{name:28s} {t[key]:10.4f} {100 * (t[key] / full - 1):+7.1f}%")
+    if h.table is not None and h.table.tasks_failing:
+        lines.append(f"rule table: the model failed a probe the full cache passes on {len(h.table.tasks_failing)} "
+                     f"task(s), e.g. {h.table.tasks_failing[0]}")
     gap = h.gap()
     if gap is not None:
         c = gap["cost_delta_ci95"]
@@ -97,7 +104,7 @@ def run_oracle(args: argparse.Namespace) -> int:
         raise AKVError(f"--out {out} is a directory; give a file name such as {out / 'oracle.json'}", field="out",
                        value=str(out))
     check = stored_results(Path(args.check)) if args.check else None
-    selection = load_tasks(args.suite, args.split, args.limit)
+    selection = load_tasks(args.suite, args.split, args.limit, args.offset)
     eval_config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(), generate=False)
     eng = Engine.from_pretrained(args.model, template=args.template)
     memo = Memo(Replay(eng, eval_config))
@@ -111,12 +118,13 @@ def run_oracle(args: argparse.Namespace) -> int:
         bar.update(1)
 
     h = measure_headroom(selection.tasks, memo, DryEngine.of(eng), eval_config, config, bound_budget=bound_budget,
-                         single_budget=single_budget, on_task=done)
+                         single_budget=single_budget, on_task=done, table=not args.no_table)
     bar.close()
     payload: dict[str, Any] = {"suite": args.suite, "split": selection.split, "model": args.model,
                                "template": args.template, "config": eval_config.as_dict(),
                                "oracle": {"budget": config.budget, "exact_max": config.exact_max,
                                           "bound_budget": bound_budget, "single_budget": single_budget},
+                               "offset": args.offset, "tasks_selected": [t.id for t in selection.tasks],
                                **h.to_dict()}
     lines = summary_lines(h)
     if check is not None:
@@ -137,6 +145,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     o.add_argument("--suite", default="horizon", help="suite name or path of a task set on disk")
     o.add_argument("--split", default=None, help="a split of the task set or 'all' (default: train when there is one)")
     o.add_argument("--limit", type=int, default=0, help="at most N tasks (spread over families)")
+    o.add_argument("--offset", type=int, default=0,
+                   help="skip the first N tasks of that spread order (e.g. the held-out tasks a run with "
+                        "data.heldout_offset N was judged on start there)")
+    o.add_argument("--no-table", action="store_true",
+                   help="leave out the rule table (role, tool, length) chosen with hindsight: one model evaluation "
+                        "per task less")
     o.add_argument("--model", default="gemma-3-270m", help="gemma-3-270m, tiny-random, or a local checkpoint")
     o.add_argument("--template", default="plain")
     o.add_argument("--rates", default="gpt-oss-120b")

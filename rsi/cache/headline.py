@@ -337,9 +337,14 @@ def headroom_line(headroom: dict[str, Any]) -> str:
     seed, evolved = headroom.get("tuned_seed") or {}, headroom.get("evolved") or {}
     if share is None:
         return "Share of the headroom captured: not defined (no tuned seed, or the oracle is not cheaper than it)."
-    return (f"Share of the headroom captured by {evolved.get('label', '?')} over the tuned seed program "
+    line = (f"Share of the headroom captured by {evolved.get('label', '?')} over the tuned seed program "
             f"({seed.get('label', '?')}): {100 * share:.0f}% = (tuned seed - evolved) / (tuned seed - oracle), "
             f"summed cost over {headroom.get('tasks', 0)} held-out tasks.")
+    table = headroom.get("share_of_table_gap")
+    if table is not None:
+        line += (f" Against the probe-blind rule table (role, tool, length) chosen with hindsight: {100 * table:.0f}% "
+                 "of the tuned seed's gap to it.")
+    return line
 
 
 def run_headline(run_dir: str | Path) -> list[str]:

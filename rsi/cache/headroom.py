@@ -10,9 +10,12 @@ choice against it (the cheapest evolved candidate that matches it on train). The
     share of the headroom captured = (tuned seed cost - evolved cost) / (tuned seed cost - oracle cost)
 
 over the summed costs of the held-out tasks (``None`` when the oracle is not cheaper than the tuned
-seed). Every number is the model's; the costs are exact. ``oracle_check`` lists every stored held-out
-result of any policy in the run that passes each probe the full cache passes at less cost than the
-oracle (a schedule the oracle missed; the search's own store is the independent witness).
+seed), and the same against the probe-blind rule table chosen with hindsight
+(``evals.cache.table_bound``; ``share_of_table_gap``): the oracle knows the evidence message, the
+table only which kinds of message (role, tool, length) matter on these tasks. Every number is the
+model's; the costs are exact. ``oracle_check`` lists every stored held-out result of any policy
+in the run that passes each probe the full cache passes at less cost than the oracle (a schedule
+the oracle missed; the search's own store is the independent witness).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         return search.evaluate(spec, [task])[0]
 
     o = cfg.oracle
-    search.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget))  # (at most; not in the plan)
+    search.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget + 1))  # (at most; not in the plan)
     h = measure_headroom(tasks, judge, search._dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
                          bound_budget=o.bound_budget, single_budget=o.single_budget,
                          on_task=lambda t: search._say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
@@ -83,14 +86,15 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
                                          "per_task_rolling": [t.rolling.result for t in h.tasks],
                                          "single_rolling": list(h.single.results),
                                          "oracle": [t.oracle.result for t in h.tasks]}
+    if h.table is not None:
+        rows["rule_table"] = list(h.table.results)
     for name, c in (("tuned_seed", seed), ("evolved", evolved)):
         if c is not None:
             rows[name] = search.evaluate(search._spec(c), tasks)
     costs = {k: sum(r.cost_cents for r in v) for k, v in rows.items()}
     passes = {k: aggregate(v).pass_rate for k, v in rows.items()}
-    share = None
-    if "tuned_seed" in costs and "evolved" in costs and costs["tuned_seed"] > costs["oracle"]:
-        share = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["oracle"])
+    share = _share(costs, "oracle")
+    table_share = _share(costs, "rule_table")
     samples, bseed = cfg.bootstrap_samples, cfg.seed
     # every stored held-out result of any policy that passes what the full cache passes at less cost than
     # the oracle is a schedule the oracle missed (an independent check over the store)
@@ -99,6 +103,9 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
     missed = violations([t.oracle for t in h.tasks], stored)
     summary = {
         "tasks": len(tasks), "costs_cents": costs, "pass_rates": passes, "share_captured": share,
+        "share_of_table_gap": table_share,
+        "rule_table": ({"kept": [str(c) for c in h.table.kept], "tasks_failing": list(h.table.tasks_failing)}
+                       if h.table is not None else None),
         "tuned_seed": {"label": seed.label, "id": seed.id, "reason": seed.reason} if seed else None,
         "evolved": {"label": evolved.label, "id": evolved.id} if evolved else None,
         "evolved_vs_oracle": _paired(rows["evolved"], rows["oracle"], samples, bseed) if evolved else None,
@@ -112,4 +119,15 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         search._say(f"headroom on {len(tasks)} held-out tasks: tuned seed {costs['tuned_seed']:.3f}c, evolved "
                     f"{costs['evolved']:.3f}c, oracle {costs['oracle']:.3f}c: {100 * share:.0f}% of the headroom "
                     "captured")
+    if table_share is not None:
+        search._say(f"  rule table (role, tool, length; hindsight) {costs['rule_table']:.3f}c: "
+                    f"{100 * table_share:.0f}% of the tuned seed's gap to it captured")
     return summary
+
+
+def _share(costs: dict[str, float], bound: str) -> float | None:
+    """(tuned seed - evolved) / (tuned seed - bound), or ``None`` when a cost is missing or the bound is
+    not cheaper than the tuned seed."""
+    if not {"tuned_seed", "evolved", bound} <= set(costs) or costs["tuned_seed"] <= costs[bound]:
+        return None
+    return (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs[bound])

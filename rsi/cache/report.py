@@ -134,7 +134,8 @@ def _speed_line(speed: dict[str, Any]) -> str:
 
 HEADROOM_ROWS = (("full", "full cache"), ("tuned_seed", "tuned seed program"), ("evolved", "best evolved"),
                  ("single_rolling", "rolling drop, one setting (hindsight)"),
-                 ("per_task_rolling", "rolling drop, tuned per task (hindsight)"), ("oracle", "hindsight oracle"))
+                 ("per_task_rolling", "rolling drop, tuned per task (hindsight)"),
+                 ("rule_table", "rule table: role, tool, length (hindsight)"), ("oracle", "hindsight oracle"))
 
 
 def headroom_rows(headroom: dict[str, Any]) -> list[dict[str, Any]]:
@@ -151,7 +152,9 @@ def _headroom_section(run: Path, headroom: dict[str, Any] | None) -> str:
     if headroom:
         parts.append(f"<h2>Headroom (held-out)</h2><p>{html.escape(headroom_line(headroom))} The oracle knows the "
                      "probes; the rolling-drop bounds choose their setting with hindsight, per task or once for "
-                     "all tasks; every pass rate is the model's. Details: headroom.json.</p>")
+                     "all tasks; the rule table keeps or drops each message by its role, tool and length, the "
+                     "cells chosen with hindsight of these tasks' evidence (a probe-blind policy); every pass "
+                     "rate is the model's. Details: headroom.json.</p>")
         parts.append(table(headroom_rows(headroom), ["policy", "held-out cost (c, summed)", "vs full",
                                                       "held-out pass"]))
     ablation = run / "ablation.json"

@@ -84,6 +84,16 @@ def test_the_headroom_is_made_of_stored_model_evaluations(run):
     if h["share_captured"] is not None:
         want = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["oracle"])
         assert h["share_captured"] == pytest.approx(want)
+    # the rule table: one stored model evaluation per held-out task, dearer than the oracle under the
+    # evidence rule's choice, its share computed from the same summed costs
+    keys = {t["policy_key"] for t in detail["rule_table"]["per_task"].values()}
+    table_rows = [r for r in rows if r["policy_key"] in keys]  # (stored under the first label of that schedule)
+    assert len(table_rows) == 1 and table_rows[0]["fidelity"] == "model"
+    assert costs["rule_table"] == pytest.approx(table_rows[0]["cost_cents"])
+    assert detail["rule_table"]["hindsight"] and h["rule_table"]["kept"] == detail["rule_table"]["kept"]
+    if h["share_of_table_gap"] is not None:
+        want = (costs["tuned_seed"] - costs["evolved"]) / (costs["tuned_seed"] - costs["rule_table"])
+        assert h["share_of_table_gap"] == pytest.approx(want)
 
 
 def test_duplicates_are_recorded_not_scored(run):
@@ -97,6 +107,7 @@ def test_duplicates_are_recorded_not_scored(run):
 def test_the_report_and_the_pool_read_the_ablation(run, capsys):
     html = (run / "report.html").read_text()
     assert "Headroom (held-out)" in html and "Ablation: tuning only" in html and "hindsight oracle" in html
+    assert "rule table: role, tool, length (hindsight)" in html
     status = main(["pool", str(run), "--versus", "tuning-only", "--samples", "200"])
     out = capsys.readouterr().out
     assert status == 0 and "vs tuning-only" in out and "expert:full" not in out
