@@ -66,7 +66,8 @@ class Cell:
         return f"{self.role}:{self.tool or '-'}:{self.length}"
 
 
-def _bucket(tokens: int) -> str:
+def length_bucket(tokens: int) -> str:
+    """The length feature of a message of ``tokens`` tokens (:data:`LENGTH_EDGES`)."""
     i = bisect.bisect_right(LENGTH_EDGES, tokens)
     if i == 0:
         return f"<{LENGTH_EDGES[0]}"
@@ -87,7 +88,7 @@ def cell_of(message: Mapping[str, Any], tokens: int) -> Cell:
             fn = call.get("function", call) if isinstance(call, Mapping) else {}
             tool = str(fn.get("name") or "") if isinstance(fn, Mapping) else ""
             break
-    return Cell(role, tool, _bucket(tokens))
+    return Cell(role, tool, length_bucket(tokens))
 
 
 def read_once_schedule(task: Task, keep: Iterable[int]) -> dict[str, Any]:

@@ -38,11 +38,28 @@ class Hindsight:
         needed: per task, message id -> the last message after which a required probe needs it.
         source: what said so (``oracle``: the model-verified hindsight oracle; ``evidence``: its
             zero-forward start, the evidence rule).
+        alternatives: per task, the sets of messages of which one must stay attended for a required
+            probe (a hop alone; a probe's copies together, ``evals.cache.fidelity.evidence_split``);
+            for a task it lacks (``()``), each needed message alone.
     """
 
     episodes: tuple[Episode, ...]
     needed: tuple[Mapping[int, int], ...]
     source: str
+    alternatives: tuple[tuple[frozenset[int], ...], ...] = ()
+
+    def needs(self, k: int) -> tuple[frozenset[int], ...]:
+        """Task ``k``'s sets of which one message must stay attended (see :attr:`alternatives`)."""
+        if k < len(self.alternatives) and self.alternatives[k]:
+            return self.alternatives[k]
+        return tuple(frozenset({m}) for m in sorted(self.needed[k]))
+
+    def __add__(self, other: Hindsight) -> Hindsight:
+        """Both views, this one's tasks first (its ``source``)."""
+        mine = self.alternatives or ((),) * len(self.episodes)
+        theirs = other.alternatives or ((),) * len(other.episodes)
+        return Hindsight(self.episodes + other.episodes, tuple(self.needed) + tuple(other.needed), self.source,
+                         tuple(mine) + tuple(theirs))
 
 
 class TaskFeatures:
@@ -226,15 +243,22 @@ def build_hindsight(tasks: Sequence[Any], episodes: Sequence[Episode], fulls: Se
     """The oracle's view of ``tasks``: with ``judge`` (a model evaluation), the oracle searched with
     the model (``evals.cache.oracle.hindsight``, ``budget`` evaluations per task); without, its
     zero-forward start (each required probe's evidence, :meth:`evals.cache.oracle.Problem.start`)."""
+    from evals.cache.fidelity import evidence_split
     from evals.cache.oracle import OracleConfig, Problem, hindsight
 
-    needed = []
+    needed, alternatives = [], []
     for task, full in zip(tasks, fulls):
         if judge is None:
             problem = Problem(task, full, coster)
             kept, required = sorted(problem.start()), problem.required
+            sets: list[frozenset[int]] = []
+            for i in required:
+                copies, hops = evidence_split(task, i)
+                sets += [frozenset({h}) for h in sorted(hops)] + ([copies] if copies else [])
+            alternatives.append(tuple(dict.fromkeys(sets)))
         else:
             o = hindsight(task, full, judge, coster, OracleConfig(budget=budget))
             kept, required = list(o.kept) if o.method != "full" else list(range(len(task.messages))), o.required
+            alternatives.append(tuple(frozenset({m}) for m in kept))
         needed.append(needed_until(task, required, kept))
-    return Hindsight(tuple(episodes), tuple(needed), "evidence" if judge is None else "oracle")
+    return Hindsight(tuple(episodes), tuple(needed), "evidence" if judge is None else "oracle", tuple(alternatives))

@@ -210,7 +210,7 @@ class Search:
         if self.guide:
             more = build_hindsight(self.guide, [Episode.of(list(t.messages), self._counts(t)) for t in self.guide],
                                    guide_fulls, cost)
-            found = Hindsight(found.episodes + more.episodes, found.needed + more.needed, found.source)
+            found = found + more
             guided = f" + evidence on {len(self.guide)} guide tasks"
         self._say(f"hindsight for the proposer: {found.source} on {len(self.train)} train tasks{guided} "
                   f"({sum(len(n) for n in found.needed)} needed messages)")

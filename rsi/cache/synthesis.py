@@ -17,6 +17,12 @@ same UCB1 bandit as the mutation operators (``rsi.proposers.bandit``, proposals 
   a widened or narrowed tool set).
 - ``crossover``: the parent's rules with a rule of a second synthesized parent.
 - ``prune``: remove a rule or one part of a conjunction.
+- ``table``: a structure of its own, read off the hindsight rather than edited from the parent:
+  the cheapest keep/drop table over role, tool and length (``evals.cache.table_bound``) that keeps,
+  on every hindsight task, each needed hop and one copy of each probe's evidence, costed in token
+  reads; every cell it saw and does not keep becomes a drop rule (once read: after an assistant
+  turn; its length bounds and that delay are thresholds Optuna tunes), cells it never saw are kept.
+  Made twice, with tools told apart and by role and length only; the screen chooses.
 
 A parent that is a seed dropping whole messages (``rules.BASE_SEEDS``) becomes the *base* of a
 structure with no rule yet, at its tuned parameters: every rule is then added on top of the tuned
@@ -44,9 +50,10 @@ from typing import Any
 
 import optuna
 
+from evals.cache.table_bound import LENGTH_EDGES, Cell, cheapest_cover, length_bucket
 from rsi.archive import Archive
 from rsi.cache.fingerprint import behaviour
-from rsi.cache.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
+from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
@@ -54,7 +61,7 @@ from search_spaces import Episode, check_program, run_program, suggest_params
 from search_spaces.cache import rules
 from search_spaces.cache.seeds import seed_source
 
-OPERATORS = ("grow", "protect", "mutate", "crossover", "prune")
+OPERATORS = ("table", "grow", "protect", "mutate", "crossover", "prune")
 DRAWS = 3  # seeded draws of a candidate's space screened beside its defaults
 DRAW_SEED = 7
 PREFIX = "synthesis:"
@@ -265,7 +272,32 @@ class SynthesisProposer(Proposer):
             return _crossover(base, second, rng) if second is not None else []
         if op == "prune":
             return _prune(base, rng)
+        if op == "table":
+            return self._table()
         return [(_mutate(base, self._tools(), rng), "mutated a rule") for _ in range(self.candidates)]
+
+    def _table(self) -> list[tuple[dict[str, Any], str]]:
+        """The ``table`` operator (module docstring): nothing without hindsight."""
+        if self.hindsight is None:
+            return []
+        made = []
+        for tools in (True, False):
+            cells = [[Cell(f.role[i] if f.role[i] != "developer" else "system", f.tool[i] if tools else "",
+                           length_bucket(int(f.tokens[i]))) for i in range(f.n)] for f in self.features]
+            cost: dict[Cell, float] = {}
+            needs: list[frozenset[Cell]] = []
+            for k, f in enumerate(self.features):
+                for i in range(f.n):
+                    cost[cells[k][i]] = cost.get(cells[k][i], 0.0) + f.tokens[i] * (
+                        f.reads(i, NEVER) - f.reads(i, _read_at(f, i)))
+                needs += [frozenset(cells[k][m] for m in need) for need in self.hindsight.needs(k) if need]
+            kept, _ = cheapest_cover(needs, cost)
+            structure = table_structure({c: v for c, v in cost.items() if c not in kept}, tools)
+            if structure is not None:
+                what = "role, tool and length" if tools else "role and length"
+                made.append((structure, f"a table over {what} from the hindsight: kept {len(kept)} of {len(cost)} "
+                                        "cells"))
+        return made
 
     def _tools(self) -> list[str]:
         names: dict[str, float] = {}
@@ -359,6 +391,60 @@ class SynthesisProposer(Proposer):
             if len(s["rules"]) <= rules.MAX_RULES:
                 made.append((s, "added '" + _rule_words("keep", when) + "' first"))
         return made
+
+
+def _read_at(f: TaskFeatures, i: int) -> int:
+    """When a table's rule drops message ``i`` at its default delay: at itself for an assistant message,
+    else at the first assistant message after it (``NEVER`` when none follows)."""
+    if f.role[i] == "assistant":
+        return i
+    return next((j for j in range(i + 1, f.n) if f.role[j] == "assistant"), NEVER)
+
+
+TABLE_PARAMS = {"tab_read": 1, **{f"tab_len{e}": e for e in LENGTH_EDGES}}
+"""The thresholds of a table's rules and their defaults: the delay in assistant turns, the length edges."""
+
+
+def table_structure(dropped: Mapping[Cell, float], tools: bool) -> dict[str, Any] | None:
+    """Drop rules for the ``dropped`` cells (cell -> the token reads dropping it saves), at most
+    ``rules.MAX_RULES`` (the ones that save most), or ``None`` when there is nothing to drop.
+
+    Cells of one role whose dropped lengths form one run share a rule (their tools listed, unless
+    ``tools`` is off or the role has no tool); a cell the table never saw matches no rule, so it is kept.
+    """
+    order = [length_bucket(0)] + [length_bucket(e) for e in LENGTH_EDGES]
+    runs: dict[tuple[str, str], list[int]] = {}
+    for cell in dropped:
+        runs.setdefault((cell.role, cell.tool), []).append(order.index(cell.length))
+    groups: dict[tuple[str, int, int], tuple[list[str], float]] = {}
+    for (role, tool), idx in sorted(runs.items()):
+        idx.sort()
+        start = idx[0]
+        for a, b in zip(idx, [*idx[1:], None]):
+            if b != a + 1:  # a run of lengths [start, a] ends here
+                names, saved = groups.get((role, start, a), ([], 0.0))
+                gain = sum(v for c, v in dropped.items() if (c.role, c.tool) == (role, tool)
+                           and start <= order.index(c.length) <= a)
+                groups[(role, start, a)] = ([*names, tool], saved + gain)
+                start = b if b is not None else start
+    ranked = sorted(groups.items(), key=lambda g: (-g[1][1], g[0]))[: rules.MAX_RULES]
+    made = []
+    for (role, lo, hi), (names, _) in sorted(ranked, key=lambda g: g[0]):
+        conds: list[dict[str, Any]] = [{"f": "role", "is": role}]
+        if tools and role in ("tool", "assistant"):
+            conds.append({"f": "tool", "in": sorted(set(names))})
+        if lo > 0:
+            conds.append({"f": "tokens", "op": ">=", "param": f"tab_len{LENGTH_EDGES[lo - 1]}"})
+        if hi < len(LENGTH_EDGES):
+            conds.append({"f": "tokens", "op": "<", "param": f"tab_len{LENGTH_EDGES[hi]}"})
+        if role != "assistant":
+            conds.append({"f": "age_calls", "op": ">=", "param": "tab_read"})
+        made.append({"action": "drop", "when": {"all": conds} if len(conds) > 1 else conds[0]})
+    if not made:
+        return None
+    structure = {"rules": made, "reposition": None, "defaults": dict(TABLE_PARAMS)}
+    structure["defaults"] = {k: v for k, v in TABLE_PARAMS.items() if k in rules.params_of(structure)}
+    return structure
 
 
 def _rule_words(action: str, when: Mapping[str, Any]) -> str:
