@@ -232,6 +232,51 @@ def report(hindsight: Hindsight, parent: Sequence[Mapping[int, int]], features: 
     return [row for _, row in found[:limit]]
 
 
+@dataclass(frozen=True)
+class HindsightTable:
+    """The rule table read off a hindsight (``evals.cache.table_bound``, costed in token reads).
+
+    Attributes:
+        kept: the cells that hold a needed hop or a copy of each probe's evidence, cheapest first.
+        cost: every cell seen -> the token reads its messages cost when kept for good rather than
+            dropped once read (at the first assistant turn after them; an assistant message at itself).
+    """
+
+    kept: frozenset[Any]
+    cost: Mapping[Any, float]
+
+    @property
+    def dropped(self) -> dict[Any, float]:
+        """The cells seen and not kept -> the token reads dropping them saves."""
+        return {c: v for c, v in self.cost.items() if c not in self.kept}
+
+
+def read_at(f: TaskFeatures, i: int) -> int:
+    """When a table drops message ``i``: at itself for an assistant message, else at the first assistant
+    message after it (``NEVER`` when none follows)."""
+    if f.role[i] == "assistant":
+        return i
+    return next((j for j in range(i + 1, f.n) if f.role[j] == "assistant"), NEVER)
+
+
+def hindsight_table(hindsight: Hindsight, features: Sequence[TaskFeatures], tools: bool = True) -> HindsightTable:
+    """The cheapest keep/drop table over role, tool (unless ``tools`` is off) and length that keeps
+    one message of every set ``hindsight.needs`` names, on every task (an exact cover in token reads)."""
+    from evals.cache.table_bound import Cell, cheapest_cover, length_bucket
+
+    cells = [[Cell(f.role[i] if f.role[i] != "developer" else "system", f.tool[i] if tools else "",
+                   length_bucket(int(f.tokens[i]))) for i in range(f.n)] for f in features]
+    cost: dict[Any, float] = {}
+    needs: list[frozenset[Any]] = []
+    for k, f in enumerate(features):
+        for i in range(f.n):
+            cost[cells[k][i]] = cost.get(cells[k][i], 0.0) + float(f.tokens[i]) * (
+                f.reads(i, NEVER) - f.reads(i, read_at(f, i)))
+        needs += [frozenset(cells[k][m] for m in need) for need in hindsight.needs(k) if need]
+    kept, _ = cheapest_cover(needs, cost)
+    return HindsightTable(kept, cost)
+
+
 def needed_until(task: Any, required: Sequence[int], kept: Sequence[int]) -> dict[int, int]:
     """Each kept message -> the last required probe's ``after_message`` at or after it."""
     asked = sorted(task.probes[i].after_message for i in required)

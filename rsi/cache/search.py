@@ -694,7 +694,20 @@ class Search:
         out: dict[str, Any] = {"train": c.train.to_dict() if c.train else None, "failed_probes": failed[:8]}
         if self.hindsight is not None and c.spec == "program":
             out["hindsight"] = self._hindsight_report(c)
+            out["hindsight_table"] = self._hindsight_table()
         return out
+
+    def _hindsight_table(self) -> dict[str, list[str]]:
+        """The rule table read off the hindsight: the cells to keep, and the ones to drop once read, the
+        most token reads saved first (what the synthesis proposer's ``table`` operator writes)."""
+        from rsi.cache.hindsight import TaskFeatures, hindsight_table
+
+        assert self.hindsight is not None
+        if not hasattr(self, "_features"):
+            self._features = [TaskFeatures(e) for e in self.hindsight.episodes]
+        table = hindsight_table(self.hindsight, self._features)
+        dropped = sorted(table.dropped.items(), key=lambda x: (-x[1], str(x[0])))
+        return {"keep": sorted(str(c) for c in table.kept), "drop": [str(c) for c, _ in dropped]}
 
     def _hindsight_report(self, c: Candidate) -> list[dict[str, Any]]:
         """What ``c`` kept that the oracle dropped and dropped that it needed, per train task, worst first."""

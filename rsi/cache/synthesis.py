@@ -50,10 +50,10 @@ from typing import Any
 
 import optuna
 
-from evals.cache.table_bound import LENGTH_EDGES, Cell, cheapest_cover, length_bucket
+from evals.cache.table_bound import LENGTH_EDGES, Cell, length_bucket
 from rsi.archive import Archive
 from rsi.cache.fingerprint import behaviour
-from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, drop_gain, drops_of, keep_gain
+from rsi.cache.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, hindsight_table, keep_gain
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
@@ -282,21 +282,12 @@ class SynthesisProposer(Proposer):
             return []
         made = []
         for tools in (True, False):
-            cells = [[Cell(f.role[i] if f.role[i] != "developer" else "system", f.tool[i] if tools else "",
-                           length_bucket(int(f.tokens[i]))) for i in range(f.n)] for f in self.features]
-            cost: dict[Cell, float] = {}
-            needs: list[frozenset[Cell]] = []
-            for k, f in enumerate(self.features):
-                for i in range(f.n):
-                    cost[cells[k][i]] = cost.get(cells[k][i], 0.0) + f.tokens[i] * (
-                        f.reads(i, NEVER) - f.reads(i, _read_at(f, i)))
-                needs += [frozenset(cells[k][m] for m in need) for need in self.hindsight.needs(k) if need]
-            kept, _ = cheapest_cover(needs, cost)
-            structure = table_structure({c: v for c, v in cost.items() if c not in kept}, tools)
+            table = hindsight_table(self.hindsight, self.features, tools)
+            structure = table_structure(table.dropped, tools)
             if structure is not None:
                 what = "role, tool and length" if tools else "role and length"
-                made.append((structure, f"a table over {what} from the hindsight: kept {len(kept)} of {len(cost)} "
-                                        "cells"))
+                made.append((structure, f"a table over {what} from the hindsight: kept {len(table.kept)} of "
+                                        f"{len(table.cost)} cells"))
         return made
 
     def _tools(self) -> list[str]:
@@ -391,14 +382,6 @@ class SynthesisProposer(Proposer):
             if len(s["rules"]) <= rules.MAX_RULES:
                 made.append((s, "added '" + _rule_words("keep", when) + "' first"))
         return made
-
-
-def _read_at(f: TaskFeatures, i: int) -> int:
-    """When a table's rule drops message ``i`` at its default delay: at itself for an assistant message,
-    else at the first assistant message after it (``NEVER`` when none follows)."""
-    if f.role[i] == "assistant":
-        return i
-    return next((j for j in range(i + 1, f.n) if f.role[j] == "assistant"), NEVER)
 
 
 TABLE_PARAMS = {"tab_read": 1, **{f"tab_len{e}": e for e in LENGTH_EDGES}}

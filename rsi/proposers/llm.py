@@ -129,6 +129,19 @@ def hindsight_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+def table_lines(table: dict[str, Any] | None, limit: int = 12) -> list[str]:
+    """Prompt lines: the keep/drop table over role, tool and length that the hindsight supports
+    (``rsi.cache.hindsight.hindsight_table``; cells written ``role:tool:length``, ``-`` for no tool)."""
+    if not table or not (table.get("keep") or table.get("drop")):
+        return []
+    drop = table.get("drop") or []
+    more = f" and {len(drop) - limit} more" if len(drop) > limit else ""
+    return ["A probe-blind table that the hindsight supports on the train tasks (kinds of message by role:tool:"
+            "length in tokens): keep for good " + (", ".join(table.get("keep") or []) or "nothing") + "; drop once "
+            "an assistant turn has read them (most tokens saved first) " + (", ".join(drop[:limit]) or "nothing")
+            + more + ". Kinds it never saw are better kept."]
+
+
 class BudgetExhausted(Exception):
     pass
 
@@ -206,6 +219,7 @@ class LLMProposer(Proposer):
             lines += [f"- {f['family']} {f['kind']}: answer {f['answer']!r}, chose {f['chosen']!r}, evidence messages "
                       f"dropped {f['evidence_messages_dropped']}" for f in failed]
         lines += hindsight_lines(fb.get("hindsight") or [])
+        lines += table_lines(fb.get("hindsight_table"))
         if archive is not None:
             lines += lineage_feedback(c, archive)
         lines += ["", self.variants[variant]]

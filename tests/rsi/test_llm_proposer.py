@@ -54,6 +54,7 @@ def test_scripted_endpoint_good_broken_and_malicious_programs(tmp_path, tiny_pla
     # The prompt carried the API, the parent program, its metrics and feedback; the retry carried the error.
     first = seen[0]["messages"][-1]["content"]
     assert "Writing a KV-cache policy program" in first and "Train pass rate" in first and "def decide" in first
+    assert "Against the hindsight oracle" in first and "probe-blind table" in first  # (oracle.feedback: evidence)
     retry = seen[2]["messages"][-1]["content"]
     assert "refused" in retry
     stats = json.loads((run / "proposer_stats.json").read_text())
@@ -112,6 +113,12 @@ def test_prompt_carries_family_deltas_and_failures_of_the_parent(tmp_path):
     cfg = tiny_config(proposer={"kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m"})
     prompt = LLMProposer(cfg.proposer, [], tmp_path).prompt(ParentView(c, GOOD, {}), a)
     assert "Pass rate change per task family" in prompt[-1]["content"] and "import of 'os'" in prompt[-1]["content"]
+    assert "probe-blind table" not in prompt[-1]["content"]  # no hindsight, no table
+    table = {"keep": ["tool:read_file:<100"], "drop": [f"tool:t{i}:>=1000" for i in range(14)]}
+    prompt = LLMProposer(cfg.proposer, [], tmp_path).prompt(ParentView(c, GOOD, {"hindsight_table": table}), a)
+    text = prompt[-1]["content"]
+    assert "keep for good tool:read_file:<100" in text and "tool:t11:>=1000 and 2 more" in text
+    assert "tool:t12" not in text
 
 
 def test_prompt_variants_are_chosen_by_a_bandit_over_their_offspring(tmp_path, tiny_plain):

@@ -13,7 +13,7 @@ from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay, evidence
 from evals.cache.table_bound import LENGTH_EDGES, Cell, cheapest_cover, length_bucket
 from evals.tasks.mixed import generate_mixed_task
 from rsi.archive import Archive, Candidate
-from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, build_hindsight, drops_of
+from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, build_hindsight, drops_of, hindsight_table
 from rsi.cache.synthesis import SynthesisProposer, table_structure
 from rsi.metrics import Metrics
 from rsi.proposers.base import ParentView
@@ -91,6 +91,8 @@ def test_the_table_is_the_cheapest_cover_in_token_reads(mixed):
     kept, exact = cheapest_cover(needs, cost)
     naive = {c for need in needs for c in need}
     assert exact and sum(cost[c] for c in kept) <= sum(cost[c] for c in naive) + 1e-9
+    table = hindsight_table(h, features)  # (what the operator and the LLM prompt read)
+    assert table.kept == kept and table.cost == pytest.approx(cost)
     structure = table_structure({c: v for c, v in cost.items() if c not in kept}, True)
     assert structure is not None and rules.read(rules.render(structure)) is not None
     assert set(structure["defaults"]) <= {"tab_read", *(f"tab_len{e}" for e in LENGTH_EDGES)}
