@@ -14,11 +14,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from search_spaces.cache._program_memo import LRU, episode_key, text_key, trajectory_key
 from search_spaces.cache.decision import Decision, appended_decision, cache_decision
 from search_spaces.cache.embed import Embedder
 from search_spaces.cache.policy import Policy
@@ -46,6 +48,43 @@ def _episode_job(ep: Episode, previous: Mapping[str, Any] | None = None) -> dict
     return {"messages": [dict(m) for m in ep.messages], "tokens": list(ep.token_counts), "cuts": list(ep.cuts),
             "relevance": list(ep.relevance) if ep.relevance is not None else None,
             "previous": dict(previous) if previous is not None else None}
+
+
+HELD = 256
+"""Trajectories one sandbox process keeps between calls (sent once, then named by their key; past
+this many it is told to forget them all and is sent each again as it is needed)."""
+
+CHECKED: LRU[tuple[Decision, ...]] = LRU(2048)
+"""Checked decisions of an episode by the exact text the sandbox sent for them (a screen's trials
+often decide alike: the same text is the same decisions, and checking them again is skipped)."""
+
+
+def _decide_message(part: Sequence[Episode], params: dict[str, Any]) -> Callable[[SandboxSession], dict[str, Any]]:
+    """The streamed ``decide`` request of ``part`` for the sandbox process it goes to: each episode's
+    trajectory (messages and token counts, most of a request's bytes and of what the process
+    builds from them) is sent the first time that process sees it and named by its key after."""
+
+    def message(session: SandboxSession) -> dict[str, Any]:
+        keys = [trajectory_key(e) for e in part]
+        forget = len(session.held | set(keys)) > HELD
+        if forget:
+            session.held.clear()
+        jobs = []
+        for ep, key in zip(part, keys):
+            job: dict[str, Any] = {"trajectory": key, "cuts": list(ep.cuts),
+                                   "relevance": list(ep.relevance) if ep.relevance is not None else None,
+                                   "previous": None}
+            if key not in session.held:
+                job.update(messages=[dict(m) for m in ep.messages], tokens=list(ep.token_counts))
+                session.held.add(key)
+            jobs.append(job)
+        return {"mode": "decide", "params": params, "episodes": jobs, "stream": True, "forget": forget}
+
+    return message
+
+
+_PART = re.compile(rb'\{"partial": (0|[1-9][0-9]{0,8}), "decisions": ')
+"""How a streamed part starts (``child._decide_all``); the decisions' JSON text follows, then ``}``."""
 
 
 def _job_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,9 +117,11 @@ def _starter(source: str, limits: SandboxLimits) -> Callable[[], SandboxSession]
 
 def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[str, Any],
                answer: Any = None) -> ChildOutput:
-    """``message`` (a ``space`` or ``decide`` call) answered by the program's pooled sandbox process.
+    """``message`` (a ``space`` or ``decide`` call) answered by the program's first pooled sandbox
+    process (the one that decides the episodes 0, SHARDS, ... of :func:`run_program`: a program's
+    ``space`` and ``decide`` calls alternate in a screen, and one process fewer is one start fewer).
     Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
-    return SESSIONS.ask((sha256, limits), _starter(source, limits), message, answer)
+    return SESSIONS.ask((sha256, limits, 0), _starter(source, limits), message, answer)
 
 
 OnEpisode = Callable[[int, tuple[Decision, ...]], None]
@@ -96,10 +137,12 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
 
     The sandbox sends each episode's decisions as soon as it has made them, and they are validated
     (and given to ``on_episode``) while it decides the next episodes: the caller's work on them
-    overlaps the program's. A call of ``on_episode`` does not mean the run succeeds (a later
-    episode can still fail it); an exception it raises is raised again once the sandbox has
-    answered, and it is not called after one. It runs while the sandbox pool is held: it must not
-    run a program itself.
+    overlaps the program's. Each process is sent an episode's trajectory once and keeps it for its
+    later calls (:data:`HELD`), and decisions whose text was checked before for the same episode
+    are not checked again (:data:`CHECKED`). A call of ``on_episode`` does not mean the run
+    succeeds (a later episode can still fail it); an exception it raises is raised again once the
+    sandbox has answered, and it is not called after one. It runs while the sandbox pool is held:
+    it must not run a program itself.
 
     Raises:
         ParameterError: ``params`` are not JSON values (a caller mistake).
@@ -113,6 +156,7 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
         return SandboxResult(Status.INVALID, f"parameter {unknown!r} is not in the program's DEFAULTS", check.sha256)
     job_params = _job_params({**(check.defaults or {}), **params})
     parts = [episodes[k::SHARDS] for k in range(min(SHARDS, len(episodes)))] or [[]]
+    keys = [episode_key(e) for e in episodes]
     validated: list[tuple[Decision, ...]] = []
     failed: list[tuple[Status, str]] = []  # the first failure found in a streamed part
     raised: list[Exception] = []  # what on_episode raised
@@ -125,21 +169,29 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
         if received[0] > limits.max_output_bytes:
             failed.append((Status.OUTPUT_LIMIT, f"the answer exceeds {limits.max_output_bytes} bytes"))
             return
-        try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError):
-            msg = None
-        local, wires = (msg.get("partial"), msg.get("decisions")) if isinstance(msg, dict) else (None, None)
-        e = local * len(parts) + shard if type(local) is int else -1  # shard k decides episodes k, k + K, ...
-        if (e != len(validated) or e >= len(episodes) or not isinstance(wires, list)
-                or len(wires) != len(episodes[e].cuts)):
+        head = _PART.match(line)
+        e = int(head.group(1)) * len(parts) + shard if head and line.endswith(b"}") else -1  # shard k: k, k + K, ...
+        if e != len(validated) or e >= len(episodes):
             failed.append((Status.CRASHED, "the sandbox answered with the wrong number of decisions"))
             return
-        try:
-            decisions = _validated(episodes[e], wires)
-        except DecisionError as err:
-            failed.append((Status.INVALID, one_line(f"episode {e}: {err}")))
-            return
+        assert head is not None
+        text = line[head.end():-1]
+        key = text_key(keys[e], text)
+        decisions = CHECKED.get(key)
+        if decisions is None:
+            try:
+                wires = json.loads(text)
+            except (ValueError, RecursionError):
+                wires = None
+            if not isinstance(wires, list) or len(wires) != len(episodes[e].cuts):
+                failed.append((Status.CRASHED, "the sandbox answered with the wrong number of decisions"))
+                return
+            try:
+                decisions = _validated(episodes[e], wires)
+            except DecisionError as err:
+                failed.append((Status.INVALID, one_line(f"episode {e}: {err}")))
+                return
+            CHECKED.put(key, decisions)
         validated.append(decisions)
         if on_episode is not None and not raised:
             try:
@@ -148,10 +200,8 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
                 raised.append(err)
 
     start = _starter(source, limits)
-    outs = SESSIONS.ask_all([
-        ((check.sha256, limits, k), start,
-         {"mode": "decide", "params": job_params, "episodes": [_episode_job(e) for e in part], "stream": True},
-         functools.partial(partial, k)) for k, part in enumerate(parts)])
+    outs = SESSIONS.ask_all([((check.sha256, limits, k), start, _decide_message(part, job_params),
+                              functools.partial(partial, k)) for k, part in enumerate(parts)])
     if raised:
         raise raised[0]
     wall = max((o.wall_seconds for o in outs), default=0.0)

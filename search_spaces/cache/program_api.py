@@ -182,8 +182,8 @@ def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> list[int]:
 class Message:
     """One message of the request, read-only by convention (programs cannot assign attributes)."""
 
-    __slots__ = ("_entities", "_text", "call_ids", "content", "index", "name", "reasoning", "role", "tokens",
-                 "tool_call_id", "tool_calls")
+    __slots__ = ("_entities", "_text", "call_ids", "content", "has_reasoning", "index", "is_assistant", "is_system",
+                 "is_tool", "is_user", "name", "reasoning", "role", "tokens", "tool_call_id", "tool_calls")
 
     def __init__(self, index: int, data: Mapping[str, Any], tokens: int) -> None:
         self._text: str | None = None
@@ -198,26 +198,12 @@ class Message:
         self.name = str(data.get("name") or "")
         self.tool_call_id = str(data.get("tool_call_id") or "")
         self.tokens = tokens
-
-    @property
-    def has_reasoning(self) -> bool:
-        return bool(self.reasoning)
-
-    @property
-    def is_system(self) -> bool:
-        return self.role in ("system", "developer")
-
-    @property
-    def is_user(self) -> bool:
-        return self.role == "user"
-
-    @property
-    def is_assistant(self) -> bool:
-        return self.role == "assistant"
-
-    @property
-    def is_tool(self) -> bool:
-        return self.role == "tool"
+        # the role tests, made once: programs read them at every request of every message
+        self.has_reasoning = bool(self.reasoning)
+        self.is_system = self.role in ("system", "developer")
+        self.is_user = self.role == "user"
+        self.is_assistant = self.role == "assistant"
+        self.is_tool = self.role == "tool"
 
     @property
     def text(self) -> str:
@@ -474,6 +460,10 @@ class RequestView:
         return self._prompt_ends.get(i, i)
 
     def entities(self, i: int) -> frozenset[str]:
+        if type(i) is int and 0 <= i < self.n:  # the common case, one call deep (programs ask it of every pair)
+            found = self._whole.messages[i]._entities
+            if found is not None:
+                return found
         return self._whole.entities(self._index(i))
 
     def _index(self, i: int) -> int:

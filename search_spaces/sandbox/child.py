@@ -255,22 +255,54 @@ def _ready() -> None:
 def _serve_program(job: dict[str, Any], code: Any, api: Any, rules: Any, stage: Stage) -> None:
     """Answer each request line (``{"mode": "space"}`` or ``{"mode": "decide", "params", "episodes"}``)
     as a fresh process would: every call runs the module code in a new namespace, so no state of
-    one call reaches the next. Guarded, like everything after the compile."""
+    one call reaches the next. What is kept between calls is the host's data only: the
+    trajectories it sent with a key (:func:`_hold`), read-only to programs (they cannot assign
+    attributes or reach names starting with ``_``), so a later call sees them as they were sent.
+    Guarded, like everything after the compile."""
+
+    held: dict[str, Any] = {}  # trajectory key -> the Trajectory built from what the host sent with it
 
     def answer(msg: dict[str, Any]) -> dict[str, Any] | None:
         if msg.get("mode") not in ("space", "decide"):
             return None
         stage.phase, stage.where = "loading the program", ""
+        built = _hold(msg, held, api) if msg.get("mode") == "decide" else None
+        if isinstance(built, dict):
+            return built
         try:
             namespace = _namespace(rules)
             exec(code, namespace)
-            return _call({**msg, "limits": job["limits"]}, namespace, api, stage)
+            return _call({**msg, "limits": job["limits"], "built": built}, namespace, api, stage)
         except MemoryError:
             return {"status": "memory", "reason": stage.reason("out of memory")}
         except BaseException as err:  # noqa: BLE001 - as in _run
             return _failure(err, stage)
 
     _serve_lines(int(job["limits"]["max_output_bytes"]), answer)
+
+
+def _hold(msg: dict[str, Any], held: dict[str, Any], api: Any) -> list[Any] | dict[str, Any]:
+    """The trajectories of a ``decide`` request's episodes, kept between calls: an episode with a
+    ``trajectory`` key and its ``messages`` and ``tokens`` is built and kept under that key; one with
+    the key alone is given the trajectory kept under it (``{"forget": true}`` drops every kept one
+    first). Episodes without a key are built by the call itself (``None``). Done before any program
+    code of the call runs; the host keeps the same account of what this process holds, so a key it
+    does not hold is the host's mistake: a ``crashed`` answer, which ends the process."""
+    try:
+        if msg.get("forget") is True:
+            held.clear()
+        out: list[Any] = []
+        for ep in msg["episodes"]:
+            key = ep.get("trajectory")
+            if key is not None and "messages" in ep:
+                held[key] = api.Trajectory(ep["messages"], ep["tokens"])
+            out.append(held[key] if key is not None else None)
+        return out
+    except MemoryError:
+        return {"status": "memory", "reason": "out of memory while keeping the episodes"}
+    except (KeyError, TypeError, ValueError) as err:
+        return {"status": "crashed", "reason": f"the host sent episodes this process cannot keep or does not hold: "
+                                               f"{type(err).__name__}: {_text(err, 200)}"}
 
 
 def _serve_lines(cap: int, answer: Any) -> None:
@@ -318,20 +350,23 @@ def _decide_all(job: dict[str, Any], decide: Any, api: Any, stage: Stage) -> dic
     """Every request's decision, kept as the JSON text it is sent as (the reply embeds the texts).
     With ``job["stream"]`` each episode's decisions go out as a line ``{"partial": e, "decisions":
     [...]}`` as soon as they are made (the host checks and uses them while the next episode is
-    decided), and the answer gives only their number."""
+    decided), and the answer gives only their number. ``job["built"]``: per episode, the trajectory
+    kept for it between calls (:func:`_hold`), or ``None`` to build it from the episode's messages."""
     stream = job.get("stream") is True
     out: list[list[str]] = []
     size, cap = 0, int(job["limits"]["max_output_bytes"])
-    for e, ep in enumerate(job["episodes"]):
+    kept = job.get("built") or [None] * len(job["episodes"])
+    for e, (ep, built) in enumerate(zip(job["episodes"], kept)):
         decisions: list[str] = []
         previous = ep.get("previous")
         text: str | None = json.dumps(previous) if previous is not None else None
-        built = api.Trajectory(ep["messages"], ep["tokens"])
+        if built is None:
+            built = api.Trajectory(ep["messages"], ep["tokens"])
         last = 0  # messages of the previous request (unknown, 0, for a previous decision given with the episode)
         for n in ep["cuts"]:
             stage.where = f"[episode {e}, request of {n} messages]"
             rel = ep["relevance"][:n] if ep["relevance"] is not None else None
-            view = api.RequestView(ep["messages"][:n], ep["tokens"][:n], None, None, rel, built=built,
+            view = api.RequestView(built.messages[:n], built.tokens[:n], None, None, rel, built=built,
                                    previous_json=text, previous_n=last)
             last = n
             text, why = _wire_text(decide(view, dict(job["params"])), api)

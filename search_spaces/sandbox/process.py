@@ -309,6 +309,9 @@ class SandboxSession:
         self.call_cpu_seconds = call_cpu_seconds
         self.failure: ChildOutput | None = None
         self.calls = 0
+        self.held: set[str] = set()
+        """Keys of what the caller handed this process to keep between calls (the caller's own
+        account, see :meth:`SessionPool.ask_all`; a new process holds nothing)."""
         self._sent: tuple[float, float | None] = (time.monotonic(), None)  # the last request: wall clock, CPU
         self._tmp = tempfile.TemporaryDirectory(prefix="akv-sandbox-")
         payload = json.dumps({"mode": "serve", **job, "limits": limits.for_child()}).encode() + b"\n"
@@ -498,6 +501,10 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime and stime: fields 14 and 15 of stat(5)
 
 
+Message = dict[str, Any] | Callable[[SandboxSession], dict[str, Any]]
+"""A request line for :meth:`SessionPool.ask_all`, or a function of the session it goes to that makes it."""
+
+
 class SessionPool:
     """Live :class:`SandboxSession` objects by key, at most ``size`` of them (least recently used
     closed first), each replaced after ``max_calls`` calls or its first failure. Closed at exit.
@@ -529,22 +536,27 @@ class SessionPool:
                 return session.failure
             return session.ask(message, answer, keep_on_error=True, partial=partial)
 
-    def ask_all(self, calls: Sequence[tuple[Any, Callable[[], SandboxSession], dict[str, Any],
+    def ask_all(self, calls: Sequence[tuple[Any, Callable[[], SandboxSession], Message,
                                             Callable[[bytes], None] | None]]) -> list[ChildOutput]:
         """Several ``(key, start, message, partial)`` calls at once, each to the session of its own
         key: every message is sent (the children work at the same time), then their streamed parts
         are read in turns, one part of each call in the order of ``calls``, round and round, as
-        long as a call has parts left. As :meth:`ask` otherwise."""
+        long as a call has parts left. As :meth:`ask` otherwise.
+
+        A ``message`` may be a function of the session it goes to, called just before it is sent:
+        one that hands the process data to keep between calls records their keys in the session's
+        ``held`` (what a later message may then name instead of sending again). A session that
+        fails is replaced by a new process with an empty ``held``, so the account stays true."""
         if len({key for key, *_ in calls}) != len(calls) or len(calls) > self.size:
             raise ValueError(f"ask_all needs distinct keys, at most {self.size}")
         with self._lock:
             sessions = [self._take(key, start) for key, start, _, _ in calls]
-            for session, (_, _, message, _) in zip(sessions, calls):
-                session.send(message)
-            steps = [session.steps(keep_on_error=True, partials=partial is not None) for session, (*_, partial)
-                     in zip(sessions, calls)]
             outs: list[ChildOutput | None] = [None] * len(calls)
             try:
+                for session, (_, _, message, _) in zip(sessions, calls):
+                    session.send(message(session) if callable(message) else message)
+                steps = [session.steps(keep_on_error=True, partials=partial is not None) for session, (*_, partial)
+                         in zip(sessions, calls)]
                 while any(o is None for o in outs):
                     for i, (step, (*_, partial)) in enumerate(zip(steps, calls)):
                         if outs[i] is not None:
@@ -554,7 +566,9 @@ class SessionPool:
                             outs[i] = got
                         elif partial is not None:
                             partial(got)
-            except BaseException:  # a child's answer left half read would be read by its next call
+            except BaseException:
+                # a child's answer left half read would be read by its next call, and a message that
+                # failed to be made or sent would leave ``held`` counting what the child never got
                 for session, out in zip(sessions, outs):
                     if out is None:
                         session._fail(ChildOutput(Status.CRASHED, "the call was interrupted", None, 0.0))
