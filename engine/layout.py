@@ -18,7 +18,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Protocol
 
 from engine.errors import MessageError, ScheduleError
@@ -104,7 +104,8 @@ class SessionLayout:
         items: the history of every message with its events (generation prompt excluded).
         ends: ``ends[n]``: how many of :attr:`items` the first ``n`` messages and their events fill.
         prompt: the generation prompt's tokens.
-        events: where the events lie in :attr:`items`, ascending.
+        events: where the events lie in :attr:`items`, ascending (``known_events``: the compiler's own
+            record of them, which is what a scan of :attr:`items` finds; ``None``: scanned).
         repositions: whether any event is a reposition.
     """
 
@@ -113,9 +114,10 @@ class SessionLayout:
     prompt: list[int]
     events: list[int] = field(init=False)
     repositions: bool = field(init=False)
+    known_events: InitVar[list[int] | None] = None
 
-    def __post_init__(self) -> None:
-        events = event_indices(self.items)
+    def __post_init__(self, known_events: list[int] | None) -> None:
+        events = event_indices(self.items) if known_events is None else known_events
         object.__setattr__(self, "events", events)
         object.__setattr__(self, "repositions", any(isinstance(self.items[e], Reposition) for e in events))
 
@@ -281,16 +283,19 @@ class Renderer:
         Raises:
             ScheduleError: as :meth:`compile`.
         """
-        items, events = self._compile(rendered, schedule)
+        at: list[int] = []
+        items, events = self._compile(rendered, schedule, at)
         ends, seen = [0], 0
         for n, (_, end) in enumerate(rendered.spans, start=1):
             seen += events.get(n - 1, 0)
             ends.append(end + seen)
-        return SessionLayout(items, ends, rendered.token_ids[rendered.prompt_start:])
+        return SessionLayout(items, ends, rendered.token_ids[rendered.prompt_start:], at)
 
-    def _compile(self, rendered: Rendered, schedule: Schedule) -> tuple[list[Item], dict[int, int]]:
+    def _compile(self, rendered: Rendered, schedule: Schedule, at: list[int] | None = None,
+                 ) -> tuple[list[Item], dict[int, int]]:
         """The messages' tokens with ``schedule``'s events after their triggers (no generation
-        prompt), and how many event items each trigger added."""
+        prompt), and how many event items each trigger added (``at``: filled with where the event
+        items lie, ascending)."""
         schedule.validate_against(len(rendered.spans))
         repositions = set(schedule.repositions)
         drops = dict(schedule.drops)
@@ -310,6 +315,8 @@ class Renderer:
             if i in repositions:
                 items.append(REPOSITION)
             events[i] = len(items) - before
+            if at is not None:
+                at.extend(range(before, len(items)))
         items.extend(rendered.token_ids[done:rendered.prompt_start])
         return items, events
 

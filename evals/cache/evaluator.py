@@ -467,6 +467,13 @@ def request_cuts(task: Task) -> list[int]:
     return sorted(set(points) | {p.after_message + 1 for p in task.probes})
 
 
+def probe_dropped(task: Task, index: int, decision: Decision | None, diagnostic: bool = False) -> set[int]:
+    """The ids of messages whose content is gone when probe ``index`` is asked: what
+    :func:`probe_state` gives third, without building the context."""
+    probe = task.probes[index]
+    return set(probe.evidence_ids) if diagnostic else _dropped_ids(decision, probe.after_message)
+
+
 def probe_state(task: Task, index: int, decision: Decision | None, diagnostic: bool = False,
                 ) -> tuple[list[dict[str, Any]], Schedule | Mapping[str, Any] | None, set[int]]:
     """What probe ``index`` of ``task`` is asked under: (context messages, cache schedule or None,

@@ -33,11 +33,12 @@ evaluations were not run (the proxy refuses them, naming the task).
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.accounting import Accountant
@@ -53,10 +54,13 @@ from evals.cache.evaluator import (
     Replay,
     RequestCost,
     TaskResult,
+    probe_dropped,
     probe_state,
+    request_cuts,
 )
 from evals.errors import TaskError
 from evals.tasks.schema import Task, mentions, message_text
+from search_spaces import Policy, request_points
 from search_spaces.cache.decision import Decision
 
 FULL = "full"
@@ -197,25 +201,41 @@ class ProxyReplay(Replay):
     renders and accounts; it never runs a forward). The multiple-choice and generation fields of
     each probe stay empty: only ``passed`` is predicted.
 
-    :meth:`evaluate_many` runs a policy program once for all tasks (one sandbox process), which is
-    what makes screening thousands of candidates affordable.
+    :meth:`evaluate_many` runs a policy program once for all tasks (its pooled sandbox processes,
+    each keeping the trajectories it was sent) and remembers what a screen repeats, which is what
+    makes screening thousands of candidates affordable; :meth:`evaluate_reference` is the slow,
+    obvious screen it must equal.
     """
 
     fidelity = "proxy"
 
-    #: How many sessions' accounting :meth:`_account` keeps (least recently used dropped first).
+    #: How many task results (and, apart, accountings) are remembered, least recently used dropped
+    #: first; 0 remembers nothing.
     MEMO_SIZE = 2048
 
     def __init__(self, engine: ChatEngine | DryEngine, table: EvidenceTable, config: EvalConfig | None = None):
         super().__init__(engine, config)  # type: ignore[arg-type]  # (only render and accountant are used)
         self.table = table
         self._accounted: OrderedDict[Hashable, tuple[list[RequestCost], CostBreakdown]] = OrderedDict()
+        self._decided: OrderedDict[Hashable, tuple[tuple[Decision, ...], _Screened]] = OrderedDict()
+        self._screened: OrderedDict[Hashable, tuple[_Screened, ...]] = OrderedDict()
         self.accounting_hits = 0  # sessions whose accounting was reused (same task, same schedules)
+        self.results_reused = 0  # policy-task results given again (the same program, parameters and tasks)
 
     def forget(self) -> None:
-        """Drop the remembered accounting (a benchmark's repeats start cold)."""
+        """Drop everything remembered (a benchmark's repeats start cold)."""
         self._accounted.clear()
-        self.accounting_hits = 0
+        self._decided.clear()
+        self._screened.clear()
+        self.accounting_hits = self.results_reused = 0
+
+    def _remember(self, memo: OrderedDict[Hashable, Any], key: Hashable, value: Any, per_entry: int = 1) -> None:
+        """Keep ``value`` under ``key`` in ``memo``, which holds at most :attr:`MEMO_SIZE` task results
+        (``per_entry`` in each of its entries)."""
+        memo[key] = value
+        memo.move_to_end(key)
+        while len(memo) * per_entry > self.MEMO_SIZE:
+            memo.popitem(last=False)
 
     def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
                  ) -> tuple[list[RequestCost], CostBreakdown]:
@@ -228,20 +248,35 @@ class ProxyReplay(Replay):
         key = (task.id, tuple((n, None if (d := decisions[n]) is None else d.schedule) for n in points))
         hit = self._accounted.get(key)
         if hit is None:
-            hit = self._accounted[key] = super()._account(task, points, decisions)
-            if len(self._accounted) > self.MEMO_SIZE:
-                self._accounted.popitem(last=False)
+            hit = super()._account(task, points, decisions)
+            self._remember(self._accounted, key, hit)
         else:
             self._accounted.move_to_end(key)
             self.accounting_hits += 1
         requests, cost = hit
-        return [replace(r, usage=dict(r.usage)) for r in requests], cost
+        return list(_fresh(requests)), cost
 
     def evaluate_many(self, spec: PolicySpec, tasks: Sequence[Task]) -> list[TaskResult]:
         """``spec`` on every task of ``tasks``; one policy run for all of them. Each task is
         accounted as soon as the policy has decided it, while the policy decides the next (a
-        program runs in its own process: the two overlap)."""
+        program runs in its own process: the two overlap).
+
+        What a program screen repeats is remembered (:attr:`MEMO_SIZE` entries each), never what it
+        did not do: the results of a program whose every task succeeded, by (program, parameters,
+        tasks), given again when the same call comes again (a sampler proposing a point twice); a
+        task's accounting and probes by the decisions themselves (the program's sandbox gives the
+        same checked decisions again for the same text, :mod:`search_spaces.cache.program`), and
+        by their schedules (:meth:`_account`). A program's results are taken to depend on nothing
+        but its parameters and the tasks, as the sandbox makes them (no clock, no randomness, no
+        files); :meth:`evaluate_reference` is what they must equal."""
         t0 = time.perf_counter()
+        call = _call_key(spec, tasks)
+        hit = self._screened.get(call) if call is not None else None
+        if hit is not None:
+            self._screened.move_to_end(call)
+            self.results_reused += len(tasks)
+            return [self._scored(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
+                    for task, r in zip(tasks, hit)]
         out: list[TaskResult] = []
         try:
             policy = spec.build()
@@ -252,7 +287,7 @@ class ProxyReplay(Replay):
             def account(e: int, decisions: tuple[Decision, ...]) -> None:
                 task = tasks[e]
                 try:
-                    out.append(self._result(spec, task, dict(zip(episodes[e].cuts, decisions)), t0))
+                    out.append(self._decided_result(spec, task, episodes[e].cuts, decisions, t0))
                 except AKVError as err:
                     if err.transient:
                         raise
@@ -263,18 +298,102 @@ class ProxyReplay(Replay):
             if err.transient:
                 raise
             return [self._failed(spec, t, f"{type(err).__name__}: {err}", t0) for t in tasks]
+        if call is not None and len(out) == len(tasks) and all(r.ok for r in out):
+            self._remember(self._screened, call, tuple(_Screened.of(r) for r in out), max(1, len(tasks)))
         return out
+
+    def _decided_result(self, spec: PolicySpec, task: Task, cuts: Sequence[int], decisions: tuple[Decision, ...],
+                        t0: float) -> TaskResult:
+        """:meth:`_result` of ``decisions`` (one per cut), remembered for a program by the decisions
+        object itself (kept alive here, so its identity names it alone while remembered)."""
+        if spec.source is None:
+            return self._result(spec, task, dict(zip(cuts, decisions)), t0)
+        key = (task.id, id(decisions))
+        hit = self._decided.get(key)
+        if hit is not None and hit[0] is decisions:
+            self._decided.move_to_end(key)
+            self.accounting_hits += 1
+            r = hit[1]
+            return self._scored(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
+        result = self._result(spec, task, dict(zip(cuts, decisions)), t0)
+        self._remember(self._decided, key, (decisions, _Screened.of(result)))
+        return result
 
     def _batch_scorer(self) -> None:
         return None  # probes are predicted, never scored: nothing to batch
 
+    def evaluate_reference(self, spec: PolicySpec, task: Task) -> TaskResult:
+        """The simplest correct screen of ``spec`` on ``task``: the reference :meth:`evaluate_many`
+        must equal, field by field (``seconds`` aside; the tests hold it to that). Every request is
+        decided on its own (:meth:`Policy.run_episodes` of the base class: a program answers one
+        request per sandbox call, its module, messages and features made afresh, the previous
+        decision given in canonical form, each decision parsed and checked in full), the session is
+        accounted afresh (:meth:`Replay._account`: nothing remembered) and each probe's dropped
+        messages come from :func:`probe_state`. Slow: for tests, not for screening."""
+        t0 = time.perf_counter()
+        try:
+            policy = spec.build()
+            if policy is None:
+                decisions = self._all_decisions(spec, task)
+            else:
+                decisions = dict(zip(request_cuts(task), Policy.run_episodes(policy, [self.episode(task)])[0]))
+            requests, cost = Replay._account(self, task, list(request_points(list(task.messages))), decisions)
+            probes = []
+            for i, p in enumerate(task.probes):
+                decision = decisions[p.after_message + 1]
+                dropped = probe_state(task, i, decision, spec.name == DIAGNOSTIC)[2]
+                probes.append(self._predicted(task, i, decision, dropped))
+            return self._scored(spec, task, tuple(probes), tuple(requests), cost, time.perf_counter() - t0)
+        except AKVError as err:
+            if err.transient:
+                raise
+            return self._failed(spec, task, f"{type(err).__name__}: {err}", t0)
+
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
+        return self._predicted(task, index, decision, probe_dropped(task, index, decision, spec.name == DIAGNOSTIC))
+
+    def _predicted(self, task: Task, index: int, decision: Decision | None, dropped: set[int]) -> ProbeResult:
+        """Probe ``index``'s result, predicted with messages ``dropped`` gone under ``decision``."""
         probe = task.probes[index]
-        _, _, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
         summary = decision.meta.get("summary") if decision is not None and decision.messages is not None else None
         passed = self.table.predict(task, index, dropped, summary if isinstance(summary, str) else None)
         return ProbeResult(index, probe.kind, probe.after_message, probe.answer, "", False, False, "", False, False,
                            tuple(sorted(dropped & set(probe.evidence_ids))), passed)
+
+
+@dataclass(frozen=True)
+class _Screened:
+    """What a proxy result holds beside the policy's name and the time it took (remembered)."""
+
+    probes: tuple[ProbeResult, ...]
+    requests: tuple[RequestCost, ...]
+    cost: CostBreakdown
+
+    @classmethod
+    def of(cls, result: TaskResult) -> _Screened:
+        return cls(result.probes, _fresh(result.requests), result.cost)
+
+    def copy_requests(self) -> tuple[RequestCost, ...]:
+        """The requests with usage dicts of their own (a caller may edit a result's)."""
+        return _fresh(self.requests)
+
+
+def _fresh(requests: Iterable[RequestCost]) -> tuple[RequestCost, ...]:
+    """``requests`` with usage dicts of their own."""
+    return tuple(RequestCost(r.n_messages, dict(r.usage), r.cost_usd, r.summary_usd) for r in requests)
+
+
+def _call_key(spec: PolicySpec, tasks: Sequence[Task]) -> Hashable | None:
+    """What a program's screen call is, for remembering its results: the program, its parameters
+    as given (in order) and the tasks in order; ``None`` for a built-in policy or parameters that
+    are not JSON."""
+    if spec.source is None:
+        return None
+    try:
+        params = json.dumps(dict(spec.params))
+    except (TypeError, ValueError):
+        return None
+    return spec.name, spec.source, params, tuple(t.id for t in tasks)
 
 
 def _ranks(values: Sequence[float]) -> list[float]:
