@@ -17,6 +17,7 @@ by a margin are enqueued in the model study. Proxy numbers stay in ``TrialOutcom
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ import optuna
 
 from evals.cache.evaluator import TaskResult
 from evals.tasks.schema import Task
+from rsi._journal import Journal
 from rsi.metrics import Metrics, aggregate
 from rsi.pareto import dominates
 from search_spaces import suggest_params
@@ -120,10 +122,7 @@ def make_storage(kind: str, run_dir: Path, name: str = "optuna") -> Any:
     if kind == "sqlite":
         return optuna.storages.RDBStorage(f"sqlite:///{run_dir / (name + '.db')}")
     if kind == "journal":
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
-        return JournalStorage(JournalFileBackend(str(run_dir / (name + ".journal"))))
+        return Journal(str(run_dir / (name + ".journal")))
     return kind
 
 
@@ -283,7 +282,8 @@ def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers
     It runs in memory and is written to ``storage`` as ``study_name`` once it ends, one record per
     trial: the proxy trials cost milliseconds, and a storage write per parameter (Optuna's way
     during a study) would cost more than the trial. A screen is all or nothing anyway: its
-    outcomes are returned only when it ends.
+    outcomes are returned only when it ends. In a journal file the records are made durable by
+    one ``fsync`` at the end, not one per record (:class:`rsi._journal.Journal`).
     """
     study = optuna.create_study(directions=["minimize", "maximize"], sampler=sampler)
     outcomes: dict[int, TrialOutcome] = {}
@@ -298,8 +298,9 @@ def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers
 
     t0 = time.perf_counter()
     study.optimize(objective, n_trials=screen.trials, catch=(CandidateFailure,))
-    stored = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"])
-    stored.add_trials(study.get_trials(deepcopy=False))
+    with storage.synced_once() if isinstance(storage, Journal) else contextlib.nullcontext():
+        stored = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"])
+        stored.add_trials(study.get_trials(deepcopy=False))
     if screen.timed is not None:
         screen.timed(time.perf_counter() - t0)
     return [outcomes[n] for n in sorted(outcomes)]
