@@ -6,8 +6,9 @@ the study written to a journal when it ends and the model study in sqlite, as in
 ``--trials`` trials on the first ``--tasks`` train tasks, each trial drawing its parameters with
 ``space()`` in the sandbox and predicting every task at the zero-forward fidelity. Each program's
 first trial starts its sandbox processes; later ones reuse them, as in a search. The whole screen
-runs ``--repeat`` times, each with no accounting remembered from the one before
-(``ProxyReplay.forget``), and the median one is reported. Reported per policy-task: the whole
+runs ``--repeat`` times, each with nothing remembered from the one before (no checked decisions,
+``search_spaces.cache.program.CHECKED``; no accounting or result, ``ProxyReplay.forget``), and the
+median one is reported. Reported per policy-task: the whole
 study, the proxy's evaluations, and ``space()`` with Optuna. This is the figure a search's own
 speed ratio uses (``fidelity.json`` "speed").
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--tasks, --trials and --repeat must be at least 1, --model-policies at least 0 and --shards "
                 f"1-4, got {args.tasks}, {args.trials}, {args.repeat}, {args.model_policies} and {args.shards}")
     from search_spaces.cache import program
-    from search_spaces.cache.program import SESSIONS
+    from search_spaces.cache.program import CHECKED, SESSIONS
 
     if args.shards is not None:
         program.SHARDS = args.shards
@@ -119,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for _ in range(args.repeat):
         SESSIONS.close()  # every screen starts its programs' processes, as in a search
-        proxy.forget()  # and remembers no accounting from the screen before
+        CHECKED.clear()  # and remembers no decisions,
+        proxy.forget()  # accounting or results from the screen before
         runs.append({**screen_speed(proxy, tasks, seed_programs(), args.trials),
-                     "accounting_reused": proxy.accounting_hits})
+                     "accounting_reused": proxy.accounting_hits, "results_reused": proxy.results_reused})
     median = sorted(runs, key=lambda r: r["ms_per_policy_task"])[(len(runs) - 1) // 2]
     out = {"model": args.model, "suite": args.suite, "shards": program.SHARDS, **median,
            "repeats_ms_per_policy_task": [r["ms_per_policy_task"] for r in runs]}
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'all (' + str(len(out['programs'])) + ' programs x ' + str(args.trials) + ' trials)':32s} "
           f"{out['ms_per_policy_task']:7.2f} {out['proxy_ms']:7.2f} {out['space_and_optuna_ms']:15.2f}")
     print(f"{out['accounting_reused']} of {sum(r['evaluations'] for r in out['programs'])} policy-task "
-          "evaluations reused an accounting (same task, same schedules)")
+          f"evaluations reused an accounting (same task, same schedules), {out['results_reused']} a whole result "
+          "(same program, parameters and tasks)")
     print(f"a search screens {out['policy_task_evaluations_per_min']:.0f} policy-task evaluations a minute "
           f"(the median of {args.repeat} screens: " + ", ".join(f"{ms:.2f}" for ms in
                                                             out["repeats_ms_per_policy_task"]) + " ms)")
