@@ -382,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     ss.add_argument("--model", default="gemma-3-270m", help="--confirm-replay: the engine's model")
     ss.add_argument("--confirm-clock", default="wall", choices=["wall", "model"],
                     help="--confirm-replay: wall-clock replay, or the engine on the simulator's model clock")
+    ss.add_argument("--confirm-traces", type=int, default=0, metavar="N",
+                    help="--confirm-replay: replay on N held-out traces, a seed of each kind in turn (0: every one)")
     ss.set_defaults(func=_survival_search)
 
     se = sub.add_parser("search", help="evolve cache policies (the main job)")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.errors import AKVError
 from evals.survival import SimConfig
 from rsi.survival.archive import (
     RECOMPUTE,
@@ -30,6 +31,10 @@ def evolve_cli(args: Any) -> int:
     """``akv survival-search --evolve CONFIG --run-dir DIR [--confirm-replay N --model M]``."""
     config = load_config(args.evolve)
     run_dir = Path(args.run_dir or f"runs/{config.name}")
+    traces = getattr(args, "confirm_traces", 0)
+    if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
+        raise AKVError(f"--confirm-traces must be an integer >= 0 (0: every held-out trace), got {traces!r}",
+                       field="confirm_traces", value=traces)
     tracker = None
     if config.tracking:
         from rsi.survival.tracking import SurvivalTracker
@@ -43,11 +48,12 @@ def evolve_cli(args: Any) -> int:
           f"report {(run_dir / 'report.html').resolve()}")
     if args.confirm_replay:
         rows = confirm_replay(run_dir, args.confirm_replay, args.model, args.confirm_clock,
-                              say=lambda text: print(text, flush=True))
+                              say=lambda text: print(text, flush=True), traces=traces)
         for r in rows:
             s, p = r["simulated"] or {}, r["replayed"]
-            print(f"replay #{r['rank']} {r['label']}: p95 resume TTFT simulated {s.get(TTFT)} s, replayed "
-                  f"{p[TTFT]} s; recompute simulated {s.get(RECOMPUTE)}, replayed {p[RECOMPUTE]}")
+            print(f"replay #{r['rank']} {r['label']} on {len(r['traces'])} held-out traces: p95 resume TTFT simulated "
+                  f"{s.get(TTFT)} s, replayed {p[TTFT]} s; recompute simulated {s.get(RECOMPUTE)}, replayed "
+                  f"{p[RECOMPUTE]}")
     return 0
 
 

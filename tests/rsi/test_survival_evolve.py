@@ -397,3 +397,34 @@ def test_akv_pool_refuses_bad_survival_sets(ablation_runs, tmp_path, capsys, cas
         args = [str(a), str(tmp_path / "copy")]
     assert main(["pool", *args, "--samples", "300"]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_spread_takes_a_seed_of_each_kind_in_turn():
+    from rsi.survival.confirm import spread
+
+    ids = [("a", 1), ("a", 2), ("a", 3), ("b", 7), ("b", 8)]
+    assert spread(ids, 3) == [("a", 1), ("b", 7), ("a", 2)]
+    assert spread(ids, 0) == ids and spread(ids, 9) == ids
+
+
+def test_confirm_replay_on_some_traces_compares_them_with_their_own_simulation(tiny, tmp_path):
+    from rsi.survival.confirm import confirm_replay
+    from rsi.survival.evolve import SimStore, policy_key
+
+    raw = {**TINY, "seeds": ["ttl"], "families": ["lru"], "generations": 0, "optuna": {"trials": 1},
+           "train": {"kinds": ["tool-heavy"], "seeds": [0], "sessions": 2, "time_scale": 0.002, "token_scale": 0.1},
+           "heldout": {"kinds": ["memory-tight", "tool-heavy"], "seeds": [7, 8], "sessions": 2,
+                       "time_scale": 0.002, "token_scale": 0.1}}
+    res = SurvivalEvolution(config_from_dict(raw), tmp_path / "run").run()
+    with pytest.raises(ValueError, match="traces must be an integer >= 0"):
+        confirm_replay(res.run_dir, 1, "tiny-random", engine=tiny, traces=-1)
+    rows = confirm_replay(res.run_dir, 1, "tiny-random", engine=tiny, traces=2)
+    (row,) = rows
+    assert row["traces"] == ["heldout-memory-tight-s7", "heldout-tool-heavy-s7"]
+    assert [p["trace"] for p in row["per_trace"]] == row["traces"]
+    c = res.archive.get(row["id"])
+    store = SimStore(res.run_dir / "evaluations.jsonl")
+    sims = [store.get(f"{policy_key(c.spec, c.program, c.params)}/{t}") for t in row["traces"]]
+    want = sum(s["recompute_tokens"] for s in sims) / 2
+    assert row["simulated"]["recompute_tokens"] == pytest.approx(want)  # the same two traces, not all four
+    assert row["simulated_all_heldout"]["n_traces"] == 4
