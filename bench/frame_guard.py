@@ -7,8 +7,9 @@ saw the result), and a dropped system prompt or task (the agent loses its instru
 probes ask about facts, so neither costs a probe. This script takes each run's headline choice
 against the tuning-only arm and the arm's own choice, replays each one's final cumulative
 schedule on the run's held-out tasks as is (its cost must equal the stored one: checked) and
-*guarded*: every drop of a non-assistant message moved to the first assistant message after it,
-and the system prompt and the first user message never dropped; repositions stay where they were.
+*guarded* (the evaluator's frame guard, :mod:`evals.cache.guard`: every drop of a non-assistant
+message moved to the first assistant message after it, the system prompt and the first user
+message never dropped; repositions stay where they were).
 Costs are exact; pass rates are the model's with ``--model``, else *predicted* by the evidence
 rule (a probe passes when its evidence is attended).
 
@@ -20,11 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench import RESULTS, write_result
-from evals.cache.evaluator import EvalConfig, Replay, TaskResult, result_from_row
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult, result_from_row
 from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay
 from evals.cache.oracle import schedule_spec
 from evals.tasks import load_suite, select_tasks
@@ -34,26 +37,11 @@ from rsi.cache.search import load_run_config
 from search_spaces import Episode, run_program
 
 
-def guarded(task: Task, wire: dict[str, Any]) -> dict[str, Any]:
-    """``wire`` with each non-assistant message's drop moved to the first assistant message after it
-    (never, when none follows) and the system prompt and first user message never dropped."""
-    roles = [m["role"] for m in task.messages]
-    users = [i for i, r in enumerate(roles) if r == "user"]
-    frame = {i for i, r in enumerate(roles) if r in ("system", "developer")} | set(users[:1])
-    table: dict[int, list[int]] = {}
-    for key, ids in (wire.get("drop_message") or {}).items():
-        for m in ids:
-            if m in frame:
-                continue
-            t = int(key)
-            if roles[m] != "assistant":
-                read = next((j for j in range(m + 1, len(roles)) if roles[j] == "assistant"), None)
-                if read is None:
-                    continue
-                t = max(t, read)
-            table.setdefault(t, []).append(m)
-    return {"drop_message": {str(t): sorted(ids) for t, ids in sorted(table.items())},
-            "reposition": list(wire.get("reposition") or [])}
+def _judge(engine: Any, dry: DryEngine, tasks: list[Task], config: EvalConfig,
+           ) -> Callable[[PolicySpec, Task], TaskResult]:
+    """The model's replay under ``config`` when there is a model, else the evidence rule's."""
+    return (Replay(engine, config).evaluate if engine is not None
+            else ProxyReplay(dry, EvidenceTable.assumed(tasks), config).evaluate)
 
 
 def _wire(run: Path, c: Candidate, task: Task, counts: list[int]) -> dict[str, Any]:
@@ -89,8 +77,8 @@ def main(argv: list[str] | None = None) -> None:
         tasks = select_tasks(pool, cfg.data.heldout_tasks, cfg.data.heldout_offset)
         config = EvalConfig(rates=cfg.eval.rates, scoring=cfg.eval.scoring, generate=False)
         dry = DryEngine.of(engine) if engine is not None else DryEngine.load(cfg.model.name, cfg.model.template)
-        judge = (Replay(engine, config).evaluate if engine is not None
-                 else ProxyReplay(dry, EvidenceTable.assumed(tasks), config).evaluate)
+
+        judge, judge_guarded = (_judge(engine, dry, tasks, c) for c in (config, replace(config, frame_guard=True)))
         stored = {}
         for line in (run / "evaluations.jsonl").read_text().splitlines():
             r = json.loads(line)["row"]
@@ -103,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
                 counts = dry.render(list(t.messages)).message_tokens
                 wire = _wire(run, c, t, counts)
                 plain.append(judge(schedule_spec(wire, label=f"{c.label}"), t))
-                guard.append(judge(schedule_spec(guarded(t, wire), label=f"{c.label}+guard"), t))
+                guard.append(judge_guarded(schedule_spec(wire, label=f"{c.label}+guard"), t))
             want = [r for r in stored.values() if r.task_id in {t.id for t in tasks} and r.policy == c.label
                     and r.fidelity == "model" and r.ok]
             saved = sum(r.cost_cents for r in want) if len(want) == len(tasks) else None

@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "per character (loglik-norm, acc_norm), or exact match of the greedy answer (generate)")
     e.add_argument("--generate", action="store_true",
                    help="also generate greedy answers (exact/contains match; slower; implied by --scoring generate)")
+    e.add_argument("--frame-guard", action="store_true",
+                   help="guard every policy's drops: a message leaves only after an assistant turn has read it, and "
+                        "the system prompt and first user message never leave (what a live agent needs)")
     e.add_argument("--out", default=None, help="results JSON (per-task parquet next to it)")
     e.add_argument("--plot", default=None, help="cost vs pass-rate PNG (with --compare)")
     e.set_defaults(func=_eval)

@@ -66,12 +66,16 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Scoring (see ``evals.cache.evaluator.EvalConfig``). ``generate``: also score greedy answers."""
+    """Scoring (see ``evals.cache.evaluator.EvalConfig``). ``generate``: also score greedy answers;
+    ``frame_guard``: every policy's drops wait until an assistant turn has read the message, and the
+    system prompt and task are never dropped (``evals.cache.guard``); the oracle's bounds and the
+    rule table are then judged under the guard too."""
 
     rates: str = "gpt-oss-120b"
     scoring: str = "loglik"
     generate: bool = False
     lead_in: str = "verbatim"
+    frame_guard: bool = False
 
 
 @dataclass(frozen=True)
@@ -294,6 +298,7 @@ class SearchConfig:
              "affinity or round_robin"),
             (self.eval.scoring in ("loglik", "loglik-norm", "generate"), "eval.scoring", self.eval.scoring,
              "loglik, loglik-norm or generate"),
+            (isinstance(self.eval.frame_guard, bool), "eval.frame_guard", self.eval.frame_guard, "true or false"),
             (self.model.dtype in DTYPES, "model.dtype", self.model.dtype, " or ".join(DTYPES)),
             (self.executor.backend in ("local", "remote"), "executor.backend", self.executor.backend,
              "local or remote"),

@@ -325,7 +325,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     from evals.rates import load_rates
 
     config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(),
-                        generate=bool(args.generate) or args.scoring == "generate")
+                        generate=bool(args.generate) or args.scoring == "generate",
+                        frame_guard=bool(getattr(args, "frame_guard", False)))
     load_rates(config.rates)
     out = Path(args.out or "eval-results.json")
     if out.is_dir():  # found now, not after the evaluation

@@ -38,6 +38,7 @@ from engine.schedule import EMPTY, Schedule, parse_schedule
 from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
+from evals.cache.guard import guard_decisions
 from evals.cache.probes import ProbeFormat, ProbePrompt, answer_matches, probe_prompt
 from evals.errors import TaskError
 from evals.rates import Rates, load_rates
@@ -97,13 +98,16 @@ class PolicySpec:
 class EvalConfig:
     """How to score. ``scoring``: what decides a probe's pass (:data:`SCORINGS`); ``generate``: also
     generate a greedy answer (exact / contains match; needed by ``scoring="generate"``);
-    ``pool_bytes`` bounds the dry-run pool of the cost model (``None``: unlimited)."""
+    ``pool_bytes`` bounds the dry-run pool of the cost model (``None``: unlimited); ``frame_guard``:
+    every decision guarded before it is accounted or asked (:mod:`evals.cache.guard`: drops wait
+    until an assistant turn has read the message, the system prompt and task are never dropped)."""
 
     rates: str = "gpt-oss-120b"
     scoring: str = "loglik"
     probe: ProbeFormat = field(default_factory=ProbeFormat)
     pool_bytes: int | None = None
     generate: bool = True
+    frame_guard: bool = False
 
     def __post_init__(self) -> None:
         if self.scoring not in SCORINGS:
@@ -112,8 +116,11 @@ class EvalConfig:
             raise ValueError("scoring='generate' needs generate=True")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rates": self.rates, "scoring": self.scoring, "probe": self.probe.as_dict(),
-                "pool_bytes": self.pool_bytes, "generate": self.generate}
+        out = {"rates": self.rates, "scoring": self.scoring, "probe": self.probe.as_dict(),
+               "pool_bytes": self.pool_bytes, "generate": self.generate}
+        if self.frame_guard:  # named only when on: stores written without the guard keep their keys
+            out["frame_guard"] = True
+        return out
 
     @property
     def digest(self) -> str:
@@ -320,7 +327,11 @@ class Replay:
         cuts = request_cuts(task)
         if spec.name == DIAGNOSTIC:
             return _diagnostic_decisions(task, cuts)
-        return self._decisions(spec.build(), task, cuts)
+        return self._guarded(task, self._decisions(spec.build(), task, cuts))
+
+    def _guarded(self, task: Task, decisions: Mapping[int, Decision | None]) -> dict[int, Decision | None]:
+        """``decisions`` as the evaluation takes them: under :attr:`EvalConfig.frame_guard`, guarded."""
+        return guard_decisions(task.messages, decisions) if self.config.frame_guard else dict(decisions)
 
     def cost(self, spec: PolicySpec, task: Task) -> CostBreakdown:
         """``spec``'s exact cost on ``task`` (the session's accounting only: no probe is answered,

@@ -307,7 +307,7 @@ class ProxyReplay(Replay):
         """:meth:`_result` of ``decisions`` (one per cut), remembered for a program by the decisions
         object itself (kept alive here, so its identity names it alone while remembered)."""
         if spec.source is None:
-            return self._result(spec, task, dict(zip(cuts, decisions)), t0)
+            return self._result(spec, task, self._guarded(task, dict(zip(cuts, decisions))), t0)
         key = (task.id, id(decisions))
         hit = self._decided.get(key)
         if hit is not None and hit[0] is decisions:
@@ -315,7 +315,7 @@ class ProxyReplay(Replay):
             self.accounting_hits += 1
             r = hit[1]
             return self._scored(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
-        result = self._result(spec, task, dict(zip(cuts, decisions)), t0)
+        result = self._result(spec, task, self._guarded(task, dict(zip(cuts, decisions))), t0)
         self._remember(self._decided, key, (decisions, _Screened.of(result)))
         return result
 
@@ -336,7 +336,8 @@ class ProxyReplay(Replay):
             if policy is None:
                 decisions = self._all_decisions(spec, task)
             else:
-                decisions = dict(zip(request_cuts(task), Policy.run_episodes(policy, [self.episode(task)])[0]))
+                decisions = self._guarded(task, dict(zip(request_cuts(task),
+                                                         Policy.run_episodes(policy, [self.episode(task)])[0])))
             requests, cost = Replay._account(self, task, list(request_points(list(task.messages))), decisions)
             probes = []
             for i, p in enumerate(task.probes):

@@ -88,7 +88,8 @@ class Search:
         self.files.write("config.json", config.to_dict())
         self.files.write_state(self.state)
         self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
-                                      probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate)
+                                      probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate,
+                                      frame_guard=config.eval.frame_guard)
         self.model_id = config.model_id
         self._engine = engine  # an already loaded Engine for the local executor (tests, notebooks)
         self._executor: Executor | None = None

@@ -325,3 +325,26 @@ def test_compare_pairs_each_policy_with_the_first_over_tasks(tmp_path):
     assert row["cost_delta_pct"] < 0  # K=0 drops the tool responses: fewer cached tokens read
     assert not row["significant"]  # 2 tasks: never significant
     assert "paired over tasks against full" in proc.stdout
+
+
+def test_frame_guard_lets_the_agent_read_before_a_drop(tmp_path, eng):
+    """``--frame-guard``: rolling drop K=0 drops each tool output as it arrives; guarded, output 3 leaves
+    only after assistant 4 has read it (so the probe after message 3 still sees its evidence), and
+    output 5, which no assistant turn reads, never leaves: the cost of exactly that hand-made schedule."""
+    from evals.cache.oracle import schedule_spec
+
+    tasks = write_tasks(tmp_path / "t.jsonl", DOCUMENTED)
+    rows = {}
+    for guard in ([], ["--frame-guard"]):
+        proc = akv(tmp_path, "eval", "--suite", str(tasks), "--policy", "rolling_drop", "--params",
+                   "keep_tool_responses=0", "--model", "tiny-random", "--out", "r.json", *guard)
+        ok(proc)
+        out = json.loads((tmp_path / "r.json").read_text())
+        assert out["config"].get("frame_guard", False) is bool(guard)
+        rows[bool(guard)] = out["tasks"][0]
+    reference = Replay(eng, EvalConfig(generate=False)).evaluate(schedule_spec({"drop_message": {"4": [3]}}),
+                                                                Task.from_record(DOCUMENTED))
+    assert math.isclose(rows[True]["cost_cents"], reference.cost_cents)
+    assert rows[True]["cost_cents"] > rows[False]["cost_cents"]
+    plain, guarded = (json.loads(rows[g]["probes"])[0] for g in (False, True))
+    assert plain["evidence_dropped"] == [3] and guarded["evidence_dropped"] == []

@@ -102,6 +102,13 @@ def test_lockstep_rows_equal_one_policy_at_a_time(tasks, eng):
     assert by["full"].ok and len(by["full"].probes) == len(tasks[0].probes)
 
 
+def test_lockstep_rows_equal_one_policy_at_a_time_under_the_frame_guard(tasks, eng):
+    specs = [*SPECS[:4], PolicySpec("rolling_drop", {"keep_tool_responses": 0})]
+    guarded = _compare(eng, specs, tasks[:1], EvalConfig(generate=False, frame_guard=True))
+    plain = _compare(eng, specs, tasks[:1], EvalConfig(generate=False))
+    assert guarded[-1].cost_cents > plain[-1].cost_cents  # K=0 drops each tool output before it is read
+
+
 def test_lockstep_with_generation(tasks, eng):
     _compare(eng, [PolicySpec("full"), PolicySpec("program", {}, source=RAISES, label="raises"),
                    PolicySpec("rolling_drop", {"keep_tool_responses": 1})], tasks[:1], EvalConfig())

@@ -1,0 +1,86 @@
+"""The frame guard: a policy's drops wait until the agent has read what they drop.
+
+A replayed trajectory is fixed text and its probes ask about facts, so the replay evaluator cannot
+see two harms a live agent would suffer: a tool output (or user message) dropped before the next
+assistant turn has read it, so the agent never saw it; and a dropped system prompt or task, so
+the agent loses its instructions. Neither costs a probe. Under the guard
+(``EvalConfig.frame_guard``, ``akv eval --frame-guard``, a search's ``eval.frame_guard``) every
+decision is changed before it is accounted or asked:
+
+- a drop of a message that is not the assistant's waits for the first assistant message after it
+  (trigger ``max(t, read)``: the message leaves once that assistant message has been processed, so
+  that turn attended to it); until that assistant message is part of the request, the drop is not
+  made;
+- the frame (system and developer messages, and the first user message) is never dropped;
+- drops of assistant messages, of reasoning parts, and repositions are kept as decided.
+
+Each drop's new trigger depends only on the message and its old trigger, so the guarded schedules
+of a policy's requests still extend one another. Not for text rewrites (summaries): those are
+passed through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from engine.schedule import DropTarget, Schedule
+from search_spaces.cache.decision import Decision
+
+FRAME_ROLES = ("system", "developer")
+
+
+def frame_ids(roles: Sequence[str]) -> frozenset[int]:
+    """The messages the guard never drops: system and developer messages and the first user message."""
+    first_user = next((i for i, r in enumerate(roles) if r == "user"), None)
+    return frozenset(i for i, r in enumerate(roles) if r in FRAME_ROLES or i == first_user)
+
+
+def read_at(roles: Sequence[str]) -> list[int | None]:
+    """For each message, the first assistant message after it (``None`` when none follows);
+    an assistant message reads itself."""
+    out: list[int | None] = [None] * len(roles)
+    nxt: int | None = None
+    for i in range(len(roles) - 1, -1, -1):
+        if roles[i] == "assistant":
+            nxt = i
+        out[i] = nxt
+    return out
+
+
+def guard_schedule(schedule: Schedule, roles: Sequence[str], n_messages: int) -> Schedule:
+    """``schedule`` (a request of ``n_messages`` messages, ``roles`` of the whole trajectory or more)
+    under the guard: see the module docstring."""
+    if not schedule.drops:
+        return schedule
+    frame, read = frame_ids(roles), read_at(roles)
+    table: dict[int, list[DropTarget]] = {}
+    for t, targets in schedule.drops:
+        for d in targets:
+            if d.message in frame:
+                continue
+            when = t
+            if roles[d.message] != "assistant":
+                seen = read[d.message]
+                if seen is None or seen >= n_messages:
+                    continue  # no assistant turn has read it yet
+                when = max(t, seen)
+            table.setdefault(when, []).append(d)
+    drops = tuple((t, tuple(sorted(set(ds), key=lambda d: d.sort_key))) for t, ds in sorted(table.items()))
+    return Schedule(drops, schedule.repositions)
+
+
+def guard_decisions(messages: Sequence[Mapping[str, Any]], decisions: Mapping[int, Decision | None],
+                    ) -> dict[int, Decision | None]:
+    """Each cache decision of ``decisions`` (cut -> decision over ``messages``' prefix) guarded;
+    text decisions and ``None`` unchanged."""
+    roles = [str(m.get("role", "")) for m in messages]
+    out: dict[int, Decision | None] = {}
+    for n, d in decisions.items():
+        if d is None or d.schedule is None:
+            out[n] = d
+            continue
+        guarded = guard_schedule(d.schedule, roles, d.n_messages)
+        out[n] = d if guarded == d.schedule else replace(d, schedule=guarded)
+    return out
