@@ -250,10 +250,11 @@ def _show_pooled(args: argparse.Namespace, what: str, note: str, lines: list[str
 
 
 def _export(args: argparse.Namespace) -> int:
-    from rsi.cache.export import export_pick
+    from rsi.cache.export import export_pick, run_frame_guard
 
-    path = export_pick(Path(args.run_dir), args.pick, Path(args.out), args.format)
-    print(f"exported {args.pick} to {path} ({args.format})")
+    guard = True if args.frame_guard else run_frame_guard(Path(args.run_dir))
+    path = export_pick(Path(args.run_dir), args.pick, Path(args.out), args.format, guard)
+    print(f"exported {args.pick} to {path} ({args.format}{', frame guard on' if guard else ''})")
     return 0
 
 
@@ -429,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--format", default="module", choices=["module", "akv-harness"],
                    help="module: decide(messages) / apply(body); akv-harness: the public AKV policy interface, "
                         "HarnessPolicy().decide(request) (docs/export.md)")
+    x.add_argument("--frame-guard", action="store_true",
+                   help="guard every decision (a message leaves only after an assistant turn read it; the system "
+                        "prompt and first user message stay); on by itself for a run searched under eval.frame_guard")
     x.set_defaults(func=_export)
 
     d = sub.add_parser("dashboard", help="MLflow UI and optuna-dashboard for a run directory")

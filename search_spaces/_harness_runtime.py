@@ -9,15 +9,18 @@ written from its documentation: ``HarnessPolicy().decide(request) -> ContextDeci
 request is any object with ``messages`` (OpenAI chat messages) and optionally ``call_index``,
 ``tools``, ``completed_call_message_ids``, ``prompt_end_message_ids`` (defaults ``0``, ``()``,
 ``()``, ``{}``), plus ``enable_thinking``, ``reasoning_effort``, ``api_style`` for a token
-counter. It is stateless: the program sees ``request.previous = None``. docs/export.md.
+counter. It is stateless: the program sees ``request.previous = None``. ``FRAME_GUARD`` (set by
+the export) guards each decision as the evaluator's frame guard does. docs/export.md.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from search_spaces.cache._frame_guard import guard_wire
 from search_spaces.cache.program_api import Plan, RequestView, estimate_tokens
 
+FRAME_GUARD = False
 LABEL = ""
 PROGRAM_SHA256 = ""
 PARAMS: dict[str, Any] = {}
@@ -260,6 +263,8 @@ class HarnessPolicy:
         if view._refused:
             raise ValueError(view._refused[0])
         wire = out.wire() if isinstance(out, Plan) else json.loads(json.dumps(out))
+        if FRAME_GUARD:  # a message leaves only after an assistant turn has read it; the frame stays
+            wire = guard_wire(messages, wire) if isinstance(wire, dict) else wire
         return _decision(wire, len(messages), "token_counter" if self.token_counter is not None else "estimate_tokens")
 
 
@@ -279,7 +284,8 @@ def _decision(wire: Any, n: int, counted: str) -> ContextDecision:
     if list(reposition) != sorted(set(reposition)):
         raise ValueError(f"the policy's reposition ids do not increase: {list(reposition)}")
     metadata = {"policy": "akv-rsi", "label": LABEL, "program_sha256": PROGRAM_SHA256,
-                "params": json.loads(json.dumps(PARAMS)), "token_counts": counted, "dropped_message_ids": dropped,
+                "params": json.loads(json.dumps(PARAMS)), "frame_guard": FRAME_GUARD, "token_counts": counted,
+                "dropped_message_ids": dropped,
                 "drop_event_count": len(drops),
                 "reposition_message_ids": list(reposition), "reposition_event_count": len(reposition)}
     return ContextDecision(drop_message=dict(sorted(drops.items())) or None, metadata=metadata, messages=None,

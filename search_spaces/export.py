@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from search_spaces import _harness_runtime
-from search_spaces.cache import program_api
+from search_spaces.cache import _frame_guard, program_api
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.program import ProgramPolicy
 from search_spaces.cache.registry import FAMILIES
@@ -106,10 +106,15 @@ _MODULE_FACE = '''
 
 def decide(messages, token_counts=None, previous=None):
     """The cumulative cache schedule for ``messages`` (OpenAI-style dicts) as a wire-format dict.
-    ``token_counts``: tokens per message (default: ``estimate_tokens(messages)``)."""
+    ``token_counts``: tokens per message (default: ``estimate_tokens(messages)``). Under
+    ``FRAME_GUARD`` the program decides from the history alone (``previous`` is not given to it)
+    and its schedule is guarded (``guard_wire``: a message leaves only after an assistant turn has
+    read it; the system prompt and first user message never leave)."""
     counts = list(token_counts) if token_counts is not None else estimate_tokens(messages)
-    out = _program["decide"](RequestView(messages, counts, None, previous, None), dict(PARAMS))
-    return out.wire() if isinstance(out, Plan) else json.loads(json.dumps(out))
+    seen = None if FRAME_GUARD else previous
+    out = _program["decide"](RequestView(messages, counts, None, seen, None), dict(PARAMS))
+    wire = out.wire() if isinstance(out, Plan) else json.loads(json.dumps(out))
+    return guard_wire(messages, wire) if FRAME_GUARD else wire
 
 
 def apply(payload, token_counts=None):
@@ -176,6 +181,12 @@ def harness_code() -> str:
     return source.split(_MARKER, 1)[1].strip()
 
 
+def guard_code() -> str:
+    """The code of ``_frame_guard.py`` from its export marker on (the frame guard's rule)."""
+    source = Path(_frame_guard.__file__).read_text(encoding="utf-8")
+    return source.split(_MARKER, 1)[1].strip()
+
+
 def _harness_header(label: str) -> str:
     return (f'"""AKV cache policy: {label}, exported by search_spaces.export for an AKV harness (standard library '
             "only).\n\n"
@@ -190,10 +201,12 @@ def _harness_header(label: str) -> str:
             '"""\n\n')
 
 
-def export_policy(policy: Policy, path: str | Path, format: str = "module") -> Path:
+def export_policy(policy: Policy, path: str | Path, format: str = "module", frame_guard: bool = False) -> Path:
     """Write ``policy`` with its parameters as one standalone module at ``path`` (see the module
     docstring): ``format`` is ``module`` (this project's interface) or ``akv-harness`` (the public
-    AKV policy interface). Returns the path.
+    AKV policy interface); ``frame_guard``: every decision guarded as the evaluator's frame guard
+    guards it (``FRAME_GUARD`` in the file; a policy searched under the guard needs it to drop
+    what its evaluation counted). Returns the path.
 
     Raises:
         PolicyError: an unknown format, the policy cannot be exported (see :func:`program_for`;
@@ -214,6 +227,7 @@ def export_policy(policy: Policy, path: str | Path, format: str = "module") -> P
         sha=check.sha256, params=params, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
         modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
         nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(allowed_attributes())))
+    contained += f"FRAME_GUARD = {bool(frame_guard)!r}\n\n" + guard_code() + "\n"
     if format == "akv-harness":
         text = (_harness_header(label) + api_code() + "\n" + contained + f"LABEL = {label!r}\n\n" + harness_code()
                 + "\n")

@@ -91,14 +91,17 @@ class ProgramFile:
         source: the program (checked by ``check_program``; it only ever runs in the sandbox).
         params: its parameters (an exported module's ``PARAMS``; empty for a plain program).
         exported: the file is a module written by ``akv export``.
+        frame_guard: an exported module guards its decisions (``FRAME_GUARD``): evaluate it under
+            the frame guard to count what it drops.
     """
 
     source: str
     params: dict[str, Any] = field(default_factory=dict)
     exported: bool = False
+    frame_guard: bool = False
 
 
-_EXPORTED = ("PROGRAM_SOURCE", "PARAMS", "PROGRAM_SHA256")
+_EXPORTED = ("PROGRAM_SOURCE", "PARAMS", "PROGRAM_SHA256", "FRAME_GUARD")
 
 
 def read_program_file(path: str | Path) -> ProgramFile:
@@ -135,7 +138,7 @@ def read_program_file(path: str | Path) -> ProgramFile:
         if not isinstance(source, str) or not isinstance(params, dict):
             raise PolicyError(f"{path}: PROGRAM_SOURCE must be a string and PARAMS a dict in an exported module",
                               field="program", value=str(path))
-        program = ProgramFile(source, params, exported=True)
+        program = ProgramFile(source, params, exported=True, frame_guard=found.get("FRAME_GUARD") is True)
     check = check_program(program.source)
     if not check.ok:
         raise PolicyError(f"{path}: the program is refused: {check.reason}", field="program", value=str(path))
@@ -324,9 +327,12 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     from engine.engine import Engine
     from evals.rates import load_rates
 
+    guard = bool(getattr(args, "frame_guard", False))
+    if not guard and getattr(args, "program", None) and read_program_file(args.program).frame_guard:
+        guard = True
+        print(f"{args.program} was exported with the frame guard: evaluating under it (--frame-guard)")
     config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(),
-                        generate=bool(args.generate) or args.scoring == "generate",
-                        frame_guard=bool(getattr(args, "frame_guard", False)))
+                        generate=bool(args.generate) or args.scoring == "generate", frame_guard=guard)
     load_rates(config.rates)
     out = Path(args.out or "eval-results.json")
     if out.is_dir():  # found now, not after the evaluation

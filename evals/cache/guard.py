@@ -16,7 +16,8 @@ decision is changed before it is accounted or asked:
 
 Each drop's new trigger depends only on the message and its old trigger, so the guarded schedules
 of a policy's requests still extend one another. Not for text rewrites (summaries): those are
-passed through unchanged.
+passed through unchanged. The rule itself is ``search_spaces.cache._frame_guard``, which exported
+policy modules carry too.
 """
 
 from __future__ import annotations
@@ -26,47 +27,23 @@ from dataclasses import replace
 from typing import Any
 
 from engine.schedule import DropTarget, Schedule
+from search_spaces.cache._frame_guard import FrameGuard
 from search_spaces.cache.decision import Decision
 
-FRAME_ROLES = ("system", "developer")
+__all__ = ["FrameGuard", "guard_decisions", "guard_schedule"]
 
 
-def frame_ids(roles: Sequence[str]) -> frozenset[int]:
-    """The messages the guard never drops: system and developer messages and the first user message."""
-    first_user = next((i for i, r in enumerate(roles) if r == "user"), None)
-    return frozenset(i for i, r in enumerate(roles) if r in FRAME_ROLES or i == first_user)
-
-
-def read_at(roles: Sequence[str]) -> list[int | None]:
-    """For each message, the first assistant message after it (``None`` when none follows);
-    an assistant message reads itself."""
-    out: list[int | None] = [None] * len(roles)
-    nxt: int | None = None
-    for i in range(len(roles) - 1, -1, -1):
-        if roles[i] == "assistant":
-            nxt = i
-        out[i] = nxt
-    return out
-
-
-def guard_schedule(schedule: Schedule, roles: Sequence[str], n_messages: int) -> Schedule:
-    """``schedule`` (a request of ``n_messages`` messages, ``roles`` of the whole trajectory or more)
-    under the guard: see the module docstring."""
+def guard_schedule(schedule: Schedule, guard: FrameGuard, n_messages: int) -> Schedule:
+    """``schedule`` (a request of ``n_messages`` messages; ``guard`` over the roles of the whole
+    trajectory or of the request) under the guard: see the module docstring."""
     if not schedule.drops:
         return schedule
-    frame, read = frame_ids(roles), read_at(roles)
     table: dict[int, list[DropTarget]] = {}
     for t, targets in schedule.drops:
         for d in targets:
-            if d.message in frame:
-                continue
-            when = t
-            if roles[d.message] != "assistant":
-                seen = read[d.message]
-                if seen is None or seen >= n_messages:
-                    continue  # no assistant turn has read it yet
-                when = max(t, seen)
-            table.setdefault(when, []).append(d)
+            when = guard.trigger(d.message, t, n_messages)
+            if when is not None:
+                table.setdefault(when, []).append(d)
     drops = tuple((t, tuple(sorted(set(ds), key=lambda d: d.sort_key))) for t, ds in sorted(table.items()))
     return Schedule(drops, schedule.repositions)
 
@@ -75,12 +52,12 @@ def guard_decisions(messages: Sequence[Mapping[str, Any]], decisions: Mapping[in
                     ) -> dict[int, Decision | None]:
     """Each cache decision of ``decisions`` (cut -> decision over ``messages``' prefix) guarded;
     text decisions and ``None`` unchanged."""
-    roles = [str(m.get("role", "")) for m in messages]
+    guard = FrameGuard([str(m.get("role", "")) for m in messages])
     out: dict[int, Decision | None] = {}
     for n, d in decisions.items():
         if d is None or d.schedule is None:
             out[n] = d
             continue
-        guarded = guard_schedule(d.schedule, roles, d.n_messages)
+        guarded = guard_schedule(d.schedule, guard, d.n_messages)
         out[n] = d if guarded == d.schedule else replace(d, schedule=guarded)
     return out

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from engine.errors import AKVError
@@ -65,6 +66,14 @@ def _source(run_dir: Path, c: Candidate) -> str:
     return path.read_text(encoding="utf-8")
 
 
+def run_frame_guard(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` was evaluated under the frame guard (its ``config.json``)."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return False
+    return bool(json.loads(path.read_text(encoding="utf-8")).get("eval", {}).get("frame_guard", False))
+
+
 def pick_spec(run_dir: Path, name: str) -> PolicySpec:
     """The candidate ``name`` of the run in ``run_dir`` (see :func:`pick`) as a policy to evaluate:
     a program (run in the sandbox) or a family with its parameters.
@@ -82,9 +91,12 @@ def spec_of(run_dir: Path, c: Candidate) -> PolicySpec:
     return PolicySpec(c.spec, c.params, label=c.label or c.spec)
 
 
-def export_pick(run_dir: Path, name: str, out: Path, format: str = "module") -> Path:
+def export_pick(run_dir: Path, name: str, out: Path, format: str = "module", frame_guard: bool | None = None,
+                ) -> Path:
     """Write candidate ``name`` of ``run_dir`` to ``out`` in ``format`` (``module``, or
-    ``akv-harness`` for an AKV harness; see ``search_spaces.export_policy`` and docs/export.md).
+    ``akv-harness`` for an AKV harness; see ``search_spaces.export_policy`` and docs/export.md);
+    ``frame_guard``: its decisions guarded in the file (``None``: as the run was evaluated, its
+    config's ``eval.frame_guard``).
 
     Raises:
         AKVError: no archive yet, an unknown pick, a missing program file; ``PolicyError`` (an
@@ -101,7 +113,7 @@ def export_pick(run_dir: Path, name: str, out: Path, format: str = "module") -> 
     else:
         policy = get_policy(c.spec, **c.params)
     try:
-        export_policy(policy, out, format)
+        export_policy(policy, out, format, run_frame_guard(run_dir) if frame_guard is None else frame_guard)
     except PolicyError as err:
         raise PolicyError(f"cannot export {c.label} ({c.id}): {err}", field="pick", value=name) from err
     return out

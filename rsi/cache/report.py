@@ -200,6 +200,8 @@ def write_report(run_dir: str | Path) -> list[Path]:
         lines.append(headroom_line(headroom))
     proposer_html, proposer_figures = proposer_section(run, archive)
     fidelity_html = _fidelity_section(run)
+    guard = (" under the frame guard (drops wait until an assistant turn read the message; system prompt and "
+             "task kept)" if config["eval"].get("frame_guard") else "")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>AKV-RSI search report: {html.escape(config.get('name', ''))}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}
@@ -208,7 +210,7 @@ img{{max-width:100%;margin:0.5em 0}}.headline{{background:#f3f8f3;border-left:4p
 </style></head><body>
 <h1>Search report: {html.escape(config.get('name', ''))}</h1>
 <p>Model {html.escape(config['model']['name'])} ({html.escape(config['model']['template'])} template),
-suite {html.escape(str(config['data']['suite']))}, scoring {html.escape(config['eval']['scoring'])},
+suite {html.escape(str(config['data']['suite']))}, scoring {html.escape(config['eval']['scoring'])}{guard},
 rates {html.escape(config['eval']['rates'])} (unconfirmed list prices: compare ratios, not dollars),
 {len(archive.candidates)} archive entries, {len(archive.failures())} recorded failures,
 {len(hv) - 1 if hv else 0} generations. The summarization baselines use the deterministic extractive

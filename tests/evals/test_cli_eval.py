@@ -348,3 +348,11 @@ def test_frame_guard_lets_the_agent_read_before_a_drop(tmp_path, eng):
     assert rows[True]["cost_cents"] > rows[False]["cost_cents"]
     plain, guarded = (json.loads(rows[g]["probes"])[0] for g in (False, True))
     assert plain["evidence_dropped"] == [3] and guarded["evidence_dropped"] == []
+    # a module exported with the guard is evaluated under it, and says so
+    export_policy(get_policy("rolling_drop", keep_tool_responses=0), tmp_path / "guarded.py", frame_guard=True)
+    proc = akv(tmp_path, "eval", "--suite", str(tasks), "--program", "guarded.py", "--model", "tiny-random",
+               "--out", "r.json")
+    ok(proc)
+    out = json.loads((tmp_path / "r.json").read_text())
+    assert "exported with the frame guard" in proc.stdout and out["config"]["frame_guard"] is True
+    assert math.isclose(out["tasks"][0]["cost_cents"], reference.cost_cents)

@@ -12,7 +12,7 @@ import pytest
 from engine.schedule import parse_schedule
 from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay
-from evals.cache.guard import guard_schedule
+from evals.cache.guard import FrameGuard, guard_schedule
 from evals.tasks import load_suite
 from rsi.config import ConfigError, config_from_dict
 from search_spaces.cache import rules
@@ -27,17 +27,17 @@ EAGER = rules.render({"rules": [{"action": "drop", "when": {"any": [{"f": "role"
 def test_the_guard_keeps_the_frame_and_waits_for_the_reader():
     wire = {"drop_message": {"2": [0, 1, 2], "3": [3], "4": [4], "6": [6], "7": [5, 7], "9": [9]},
             "reposition": [4, 9]}
-    out = guard_schedule(parse_schedule(wire), ROLES, len(ROLES))
+    out = guard_schedule(parse_schedule(wire), FrameGuard(ROLES), len(ROLES))
     # 0 and 1 are the frame; 3 and 4 wait for assistant 5; 6 and 7 for assistant 8; 9 has no reader
     # after it; assistant messages (2, 5) leave when decided; repositions stay
     assert out.to_wire() == {"drop_message": {"2": [2], "5": [3, 4], "7": [5], "8": [6, 7]}, "reposition": [4, 9]}
-    assert guard_schedule(out, ROLES, len(ROLES)) == out  # a guarded schedule is its own guard
+    assert guard_schedule(out, FrameGuard(ROLES), len(ROLES)) == out  # a guarded schedule is its own guard
 
 
 def test_a_drop_waits_until_its_reader_is_in_the_request():
     wire = {"drop_message": {"3": [3], "4": [4]}}
-    assert guard_schedule(parse_schedule(wire), ROLES, 5).is_empty  # messages 0-4: no assistant after 3
-    assert guard_schedule(parse_schedule(wire), ROLES, 6).to_wire() == {"drop_message": {"5": [3, 4]}}
+    assert guard_schedule(parse_schedule(wire), FrameGuard(ROLES), 5).is_empty  # messages 0-4: no assistant after 3
+    assert guard_schedule(parse_schedule(wire), FrameGuard(ROLES), 6).to_wire() == {"drop_message": {"5": [3, 4]}}
 
 
 @pytest.fixture(scope="module")
