@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from search_spaces.cache._frame_guard import guard_wire
+from search_spaces.cache.frame_guard import guard_wire
 from search_spaces.cache.program_api import Plan, RequestView, estimate_tokens
 
 FRAME_GUARD = False

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from search_spaces import _harness_runtime
-from search_spaces.cache import _frame_guard, program_api
+from search_spaces.cache import frame_guard as frame_guard_module
+from search_spaces.cache import program_api
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.program import ProgramPolicy
 from search_spaces.cache.registry import FAMILIES
@@ -182,8 +183,8 @@ def harness_code() -> str:
 
 
 def guard_code() -> str:
-    """The code of ``_frame_guard.py`` from its export marker on (the frame guard's rule)."""
-    source = Path(_frame_guard.__file__).read_text(encoding="utf-8")
+    """The code of ``frame_guard.py`` from its export marker on (the frame guard's rule)."""
+    source = Path(frame_guard_module.__file__).read_text(encoding="utf-8")
     return source.split(_MARKER, 1)[1].strip()
 
 

@@ -16,7 +16,7 @@ decision is changed before it is accounted or asked:
 
 Each drop's new trigger depends only on the message and its old trigger, so the guarded schedules
 of a policy's requests still extend one another. Not for text rewrites (summaries): those are
-passed through unchanged. The rule itself is ``search_spaces.cache._frame_guard``, which exported
+passed through unchanged. The rule itself is ``search_spaces.cache.frame_guard``, which exported
 policy modules carry too.
 """
 
@@ -27,8 +27,8 @@ from dataclasses import replace
 from typing import Any
 
 from engine.schedule import DropTarget, Schedule
-from search_spaces.cache._frame_guard import FrameGuard
 from search_spaces.cache.decision import Decision
+from search_spaces.cache.frame_guard import FrameGuard
 
 __all__ = ["FrameGuard", "guard_decisions", "guard_schedule"]
 

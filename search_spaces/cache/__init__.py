@@ -9,6 +9,8 @@ the KV cache (drop) and when positions are compacted (reposition).
   they are written against; ``seeds``: one seed program per cache family; ``fragments``: small
   rules that compose with any program.
 - ``embed`` (intent relevance), ``summarize`` (the text baselines' summarizer).
+- ``frame_guard``: the rule that holds a drop until an assistant turn has read the message (the
+  evaluator's guard applies it; exported modules carry its code).
 
 Most callers import through ``search_spaces`` itself (its ``__init__`` lists the public names).
 """
