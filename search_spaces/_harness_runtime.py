@@ -263,9 +263,14 @@ class HarnessPolicy:
         if view._refused:
             raise ValueError(view._refused[0])
         wire = out.wire() if isinstance(out, Plan) else json.loads(json.dumps(out))
-        if FRAME_GUARD:  # a message leaves only after an assistant turn has read it; the frame stays
-            wire = guard_wire(messages, wire) if isinstance(wire, dict) else wire
-        return _decision(wire, len(messages), "token_counter" if self.token_counter is not None else "estimate_tokens")
+        counted = "token_counter" if self.token_counter is not None else "estimate_tokens"
+        decision = _decision(wire, len(messages), counted)
+        if not FRAME_GUARD:
+            return decision
+        # a message leaves only after an assistant turn has read it; the frame stays (checked ids only)
+        table = {str(t): list(ids) for t, ids in (decision.drop_message or {}).items()}
+        return _decision(guard_wire(messages, {"drop_message": table, "reposition": list(decision.reposition or ())}),
+                         len(messages), counted)
 
 
 def _decision(wire: Any, n: int, counted: str) -> ContextDecision:

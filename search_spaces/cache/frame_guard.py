@@ -59,7 +59,10 @@ class FrameGuard:
         out: dict[int, list] = {}
         for t in sorted(drops):
             for entry in drops[t]:
-                m = entry if isinstance(entry, int) else entry["message"]
+                m = entry.get("message") if isinstance(entry, dict) else entry
+                if type(m) is not int or not 0 <= m < len(self.roles):
+                    raise ValueError(f"drop entry {entry!r} after message {t} is not a message id of this history "
+                                     "(nor a text range naming one)")
                 when = self.trigger(m, t, len(self.roles))
                 if when is not None:
                     out.setdefault(when, []).append(entry)
@@ -68,11 +71,21 @@ class FrameGuard:
 
 def guard_wire(messages: Sequence[dict], wire: dict) -> dict:
     """A wire-format schedule for ``messages`` (``drop_message`` and/or ``drop_rule`` tables,
-    ``reposition``) with the frame guard applied to every drop table; string keys, as on the wire."""
+    ``reposition``) with the frame guard applied to every drop table; string keys, as on the wire.
+
+    Raises:
+        ValueError: a drop table that is not trigger id -> list of message ids or text ranges.
+    """
     guard = FrameGuard([str(m.get("role", "")) for m in messages])
 
     def guarded(table: dict) -> dict:
-        out = guard.table({int(k): list(v) for k, v in table.items()})
+        if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+            raise ValueError(f"a drop table must map trigger ids to lists, got {table!r:.120}")
+        try:
+            triggers = {int(k): list(v) for k, v in table.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"a drop table's triggers must be message ids, got {list(table)!r:.120}") from None
+        out = guard.table(triggers)
         return {str(t): out[t] for t in sorted(out)}
 
     out = dict(wire)
@@ -80,6 +93,8 @@ def guard_wire(messages: Sequence[dict], wire: dict) -> dict:
         out["drop_message"] = guarded(wire["drop_message"])
     if wire.get("drop_rule"):
         rules = wire["drop_rule"] if isinstance(wire["drop_rule"], list) else [wire["drop_rule"]]
+        if not all(isinstance(r, dict) for r in rules):
+            raise ValueError(f"drop_rule must be a rule or a list of rules, got {wire['drop_rule']!r:.120}")
         rules = [dict(r, drop_messages=guarded(r.get("drop_messages") or {})) for r in rules]
         out["drop_rule"] = rules if isinstance(wire["drop_rule"], list) else rules[0]
     return out

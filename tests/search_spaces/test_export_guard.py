@@ -76,3 +76,32 @@ def test_an_unguarded_export_says_so_and_a_run_names_its_guard(tmp_path):
     assert not run_frame_guard(tmp_path)  # no config.json
     (tmp_path / "config.json").write_text(json.dumps({"eval": {"frame_guard": True}}))
     assert run_frame_guard(tmp_path)
+
+
+MSGS = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+        {"role": "tool", "content": "t"}, {"role": "assistant", "content": "b"}]
+
+
+@pytest.mark.parametrize("wire, match", [
+    ({"drop_message": {"4": ["three"]}}, "not a message id"),
+    ({"drop_message": {"4": [9]}}, "not a message id"),
+    ({"drop_message": {"4": [{"start": 0}]}}, "not a message id"),
+    ({"drop_message": {"four": [3]}}, "triggers must be message ids"),
+    ({"drop_message": {"4": 3}}, "must map trigger ids to lists"),
+    ({"drop_rule": ["text_drop"]}, "drop_rule must be a rule"),
+])
+def test_the_guard_refuses_a_table_it_cannot_read_in_one_line(wire, match):
+    from search_spaces.cache.frame_guard import guard_wire
+
+    with pytest.raises(ValueError, match=match):
+        guard_wire(MSGS, wire)
+
+
+def test_the_guard_keeps_text_ranges_and_waits_for_the_reader():
+    from search_spaces.cache.frame_guard import guard_wire
+
+    wire = {"drop_rule": {"type": "text_drop", "drop_messages": {"3": [{"message": 3, "start": 0, "end": 1}],
+                                                                 "2": [{"message": 0, "start": 0, "end": 1}]}},
+            "reposition": [4]}
+    assert guard_wire(MSGS, wire) == {"drop_rule": {"type": "text_drop", "drop_messages": {
+        "4": [{"message": 3, "start": 0, "end": 1}]}}, "reposition": [4]}
