@@ -693,6 +693,8 @@ class Search:
                     failed.append({"task": r.task_id, "family": r.family, "kind": p.kind, "answer": p.answer,
                                    "chosen": p.choice, "evidence_messages_dropped": list(p.evidence_dropped)})
         out: dict[str, Any] = {"train": c.train.to_dict() if c.train else None, "failed_probes": failed[:8]}
+        if self.eval_config.frame_guard:
+            out["frame_guard"] = True
         if self.hindsight is not None and c.spec == "program":
             out["hindsight"] = self._hindsight_report(c)
             out["hindsight_table"] = self._hindsight_table()

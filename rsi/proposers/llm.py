@@ -129,6 +129,11 @@ def hindsight_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+GUARD_LINE = ("The evaluation runs under the frame guard: a drop of a message that is not the assistant's waits "
+              "until an assistant turn after it has read it, and the system prompt and the first user message are "
+              "never dropped. Rules that drop them earlier change nothing; spend rules elsewhere.")
+
+
 def table_lines(table: dict[str, Any] | None, limit: int = 12) -> list[str]:
     """Prompt lines: the keep/drop table over role, tool and length that the hindsight supports
     (``rsi.cache.hindsight.hindsight_table``; cells written ``role:tool:length``, ``-`` for no tool)."""
@@ -220,6 +225,8 @@ class LLMProposer(Proposer):
                       f"dropped {f['evidence_messages_dropped']}" for f in failed]
         lines += hindsight_lines(fb.get("hindsight") or [])
         lines += table_lines(fb.get("hindsight_table"))
+        if fb.get("frame_guard"):
+            lines.append(GUARD_LINE)
         if archive is not None:
             lines += lineage_feedback(c, archive)
         lines += ["", self.variants[variant]]

@@ -65,9 +65,10 @@ def test_budget_caps_proposing(tmp_path, tiny_plain):
     seen: list[dict] = []
     with ServerThread(scripted_app(iter([f"```python\n{GOOD}```"] * 10), seen)) as srv:
         cfg = tiny_config(proposer={"kind": "llm", "base_url": srv.base_url + "/v1", "model": "scripted",
-                                    "per_generation": 4, "budget_tokens": 2000})
+                                    "per_generation": 4, "budget_tokens": 2000}, eval={"frame_guard": True})
         Search(cfg, tmp_path / "budget", engine=tiny_plain).run()
     assert len(seen) == 2  # 1100 tokens per call: the third call would pass the 2000-token budget
+    assert "runs under the frame guard" in seen[0]["messages"][-1]["content"]  # the search's eval.frame_guard
     assert json.loads((tmp_path / "budget" / "proposer_stats.json").read_text())["budget_exhausted"]
 
 
@@ -119,6 +120,9 @@ def test_prompt_carries_family_deltas_and_failures_of_the_parent(tmp_path):
     text = prompt[-1]["content"]
     assert "keep for good tool:read_file:<100" in text and "tool:t11:>=1000 and 2 more" in text
     assert "tool:t12" not in text
+    assert "frame guard" not in text
+    guarded = LLMProposer(cfg.proposer, [], tmp_path).prompt(ParentView(c, GOOD, {"frame_guard": True}), a)
+    assert "runs under the frame guard" in guarded[-1]["content"]
 
 
 def test_prompt_variants_are_chosen_by_a_bandit_over_their_offspring(tmp_path, tiny_plain):
