@@ -3,9 +3,9 @@ format is unchanged; what cannot take the harness form is refused in one line.""
 
 from __future__ import annotations
 
-import importlib.util
 from types import SimpleNamespace
 
+from tests.exported import load_exported
 from tests.rsi.test_cli_errors import akv, fake_run, one_line
 from tests.search_spaces.trajectories import build
 
@@ -14,10 +14,7 @@ def test_export_pick_in_the_harness_format(tmp_path):
     run = fake_run(tmp_path / "run")  # g1-p1: the rolling_drop seed with K = 0
     proc = akv(tmp_path, "export", str(run), "--pick", "best", "--format", "akv-harness", "--out", "h.py")
     assert proc.returncode == 0 and "(akv-harness)" in proc.stdout, proc.stderr
-    spec = importlib.util.spec_from_file_location("h", tmp_path / "h.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_exported(tmp_path / "h.py")
     d = module.HarnessPolicy().decide(SimpleNamespace(messages=build(["call"] * 2, [False])))
     assert d.drop_message == {3: (3,), 5: (5,)} and module.PARAMS["keep_tool_responses"] == 0
     proc = akv(tmp_path, "export", str(run), "--pick", "best", "--out", "m.py")  # the default format

@@ -3,7 +3,6 @@ tiny traces, hostile proposals, reproducibility, the headline's intervals by han
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -23,6 +22,7 @@ from rsi.survival.config import EvolveConfigError, config_from_dict, load_config
 from rsi.survival.evolve import SurvivalEvolution
 from rsi.survival.proposer import Recorder, SurvivalMutationProposer, record_requests
 from search_spaces.survival import get_survival_policy, make_survival_policy, survival_seed_source
+from tests.exported import load_exported
 
 TINY = {"name": "sv-test", "seed": 0,
         "train": {"kinds": ["tool-heavy"], "seeds": [0, 1], "sessions": 3},
@@ -189,13 +189,6 @@ def test_mutation_proposer_only_proposes_programs_that_run(tiny_run):
             policy.close()
 
 
-def _load(path):
-    spec = importlib.util.spec_from_file_location("exported_survival", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_export_round_trip_gives_the_sandbox_decisions(tiny_run, tmp_path, capsys):
     evo, res = tiny_run
     out = tmp_path / "best.py"
@@ -206,7 +199,7 @@ def test_export_round_trip_gives_the_sandbox_decisions(tiny_run, tmp_path, capsy
     rec = Recorder(make_survival_policy({"source": source, "params": best.params}))
     simulate(evo.heldout[-1][1], rec, evo.sim)
     assert len(rec.requests) > 3
-    module = _load(out)
+    module = load_exported(out)
     assert [module.decide(r.wire()) for r in rec.requests] == rec.answers
     # A tuned built-in family exports through its seed program and decides as the family does.
     fam = tmp_path / "ttl.py"
@@ -215,7 +208,7 @@ def test_export_round_trip_gives_the_sandbox_decisions(tiny_run, tmp_path, capsy
         next(c.id for c in res.archive.candidates if c.label == "tuned:ttl"))
     builtin = Recorder(get_survival_policy("ttl", **ttl.params))
     simulate(evo.heldout[0][1], builtin, evo.sim)
-    assert [_load(fam).decide(r.wire()) for r in builtin.requests] == builtin.answers
+    assert [load_exported(fam).decide(r.wire()) for r in builtin.requests] == builtin.answers
     # Refusals are one line.
     assert main(["export", str(res.run_dir), "--pick", "best", "--out", str(tmp_path / "x.py"),
                  "--format", "akv-harness"]) != 0
@@ -233,7 +226,7 @@ def test_exported_module_refuses_a_tampered_program(tiny_run, tmp_path):
     assert tampered != text
     (tmp_path / "bad.py").write_text(tampered)
     with pytest.raises(ImportError, match="refuses its program"):
-        _load(tmp_path / "bad.py")
+        load_exported(tmp_path / "bad.py")
 
 
 def test_confirm_replay_runs_the_top_candidates_on_the_real_engine(tiny, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from search_spaces import Policy, PolicyError, ProgramPolicy, estimate_tokens, export_policy, get_policy, request_points
 from search_spaces.sandbox.checker import CheckResult
+from tests.exported import load_exported
 from tests.search_spaces.trajectories import recorded
 
 POLICIES = [
@@ -27,18 +27,10 @@ POLICIES = [
 ]
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"exported_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(("name", "params"), POLICIES)
 def test_exported_module_decides_like_the_policy(tmp_path, name, params):
     policy = get_policy(name, **params)
-    module = _load(export_policy(policy, tmp_path / "policy.py"))
+    module = load_exported(export_policy(policy, tmp_path / "policy.py"))
     for msgs in recorded():
         for n in request_points(msgs):
             prefix = msgs[:n]
@@ -53,7 +45,7 @@ def test_exported_program_policy(tmp_path):
               "        plan.drop(t, [t - 1])\n    return plan\n\n\ndef space(trial):\n    return {}\n")
     policy = Policy.from_program(source, {"every": 3})
     assert isinstance(policy, ProgramPolicy)
-    module = _load(export_policy(policy, tmp_path / "evolved.py"))
+    module = load_exported(export_policy(policy, tmp_path / "evolved.py"))
     msgs = recorded()[0]
     assert module.decide(msgs) == policy.decide(msgs, token_counts=estimate_tokens(msgs))
     assert module.PARAMS == {"every": 3}
@@ -199,6 +191,6 @@ def test_an_edited_exported_program_is_refused_on_import(tmp_path, fmt):
 def test_the_embedded_source_reads_back_exactly(tmp_path, tail):
     source = "def decide(request, params):\n    return request.plan()\n\n\ndef space(trial):\n    return {}" + tail
     policy = Policy.from_program(source, {})
-    module = _load(export_policy(policy, tmp_path / f"p{len(tail)}.py"))
+    module = load_exported(export_policy(policy, tmp_path / f"p{len(tail)}.py"))
     assert source == module.PROGRAM_SOURCE
     assert module.decide(recorded()[0][:3]) == {"drop_message": {}, "reposition": []}

@@ -5,9 +5,7 @@ the guard up from the file and from the run."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from rsi.cache.export import run_frame_guard
 from search_spaces import Policy, estimate_tokens, export_policy, get_policy, request_points
 from search_spaces.cache import rules
 from search_spaces.cache.decision import canonical_wire
+from tests.exported import load_exported
 from tests.search_spaces.trajectories import recorded
 
 EAGER = rules.render({"rules": [{"action": "drop", "when": {"any": [{"f": "role", "is": "tool"},
@@ -26,14 +25,6 @@ EAGER = rules.render({"rules": [{"action": "drop", "when": {"any": [{"f": "role"
                       "reposition": None, "defaults": {}})
 POLICIES = [Policy.from_program(EAGER, {}),
             get_policy("rolling_drop", keep_tool_responses=0, target="both", reposition="calls", reposition_every=1)]
-
-
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"guarded_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _read_before_drop(prefix: list[dict[str, Any]], table: dict[int, Any]) -> None:
@@ -49,8 +40,8 @@ def _read_before_drop(prefix: list[dict[str, Any]], table: dict[int, Any]) -> No
 
 @pytest.mark.parametrize("policy", POLICIES, ids=["eager-rules", "rolling-K0"])
 def test_a_guarded_export_decides_what_the_evaluator_guards(tmp_path, policy):
-    module = _load(export_policy(policy, tmp_path / "m.py", frame_guard=True))
-    harness = _load(export_policy(policy, tmp_path / "h.py", format="akv-harness", frame_guard=True))
+    module = load_exported(export_policy(policy, tmp_path / "m.py", frame_guard=True))
+    harness = load_exported(export_policy(policy, tmp_path / "h.py", format="akv-harness", frame_guard=True))
     assert module.FRAME_GUARD is True and harness.FRAME_GUARD is True
     assert read_program_file(tmp_path / "m.py").frame_guard and read_program_file(tmp_path / "h.py").frame_guard
     moved = 0
@@ -71,7 +62,7 @@ def test_a_guarded_export_decides_what_the_evaluator_guards(tmp_path, policy):
 
 
 def test_an_unguarded_export_says_so_and_a_run_names_its_guard(tmp_path):
-    module = _load(export_policy(POLICIES[0], tmp_path / "m.py"))
+    module = load_exported(export_policy(POLICIES[0], tmp_path / "m.py"))
     assert module.FRAME_GUARD is False and not read_program_file(tmp_path / "m.py").frame_guard
     assert not run_frame_guard(tmp_path)  # no config.json
     (tmp_path / "config.json").write_text(json.dumps({"eval": {"frame_guard": True}}))

@@ -5,11 +5,9 @@ cannot carry, and runs in a clean interpreter with the standard library only."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from evals.cache.cli import read_program_file
 from search_spaces import Policy, PolicyError, estimate_tokens, export_policy, get_policy, request_points
+from tests.exported import load_exported
 from tests.search_spaces import akv_reference as ref
 from tests.search_spaces.trajectories import build, recorded
 
@@ -33,14 +32,6 @@ POLICIES = [
 ]
 
 
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"harness_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _as_decision(wire: dict[str, Any]) -> tuple[Any, Any]:
     drops = {int(t): tuple(ids) for t, ids in wire["drop_message"].items()}
     return drops or None, tuple(wire["reposition"]) or None
@@ -49,7 +40,7 @@ def _as_decision(wire: dict[str, Any]) -> tuple[Any, Any]:
 @pytest.mark.parametrize(("name", "params"), POLICIES)
 def test_harness_module_decides_like_the_policy(tmp_path, name, params):
     policy = get_policy(name, **params)
-    module = _load(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
+    module = load_exported(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
     counts = [7 + i % 5 * 40 for i in range(60)]
     counter = ref.Counter(counts, prefix=3, generation=2, with_counts=True)
     folded = [counts[0] + 3 + 2, *counts[1:]]  # message 0 carries the prompt prefix and the generation header
@@ -70,7 +61,7 @@ def test_harness_module_decides_like_the_policy(tmp_path, name, params):
 
 def test_decision_shape_and_metadata(tmp_path):
     policy = get_policy("rolling_drop", keep_tool_responses=2, reposition="calls", reposition_every=2)
-    module = _load(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
+    module = load_exported(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
     msgs = build(["call"] * 5, [True])  # A2 T3 ... A10 T11
     d = module.HarnessPolicy().decide(module.request_from_payload({"messages": msgs}))
     assert d.drop_message == {7: (3,), 9: (5,), 11: (7,)} and d.reposition == (5, 9) and d.messages is None
@@ -86,7 +77,7 @@ def test_decision_shape_and_metadata(tmp_path):
 
 def test_duck_typed_requests_default_like_the_reference(tmp_path):
     policy = get_policy("rolling_drop", keep_tool_responses=1, reposition_after_call=1, reposition_interval_calls=1)
-    module = _load(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
+    module = load_exported(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
     msgs = build(["call"] * 3, [False])  # A2 T3 A4 T5 A6 T7
     harness = module.HarnessPolicy()
     # only messages: no completed calls, so no call-driven reposition (rolling drops still happen)
@@ -106,7 +97,7 @@ def test_duck_typed_requests_default_like_the_reference(tmp_path):
     with pytest.raises(ValueError):
         ref.decide(cfg, msgs, call_index=3)
     # ... but only when the policy needs call ends: the plain rolling window ignores them
-    plain = _load(export_policy(get_policy("rolling_drop", keep_tool_responses=1), tmp_path / "plain.py",
+    plain = load_exported(export_policy(get_policy("rolling_drop", keep_tool_responses=1), tmp_path / "plain.py",
                                 format="akv-harness"))
     assert plain.HarnessPolicy().decide(SimpleNamespace(messages=msgs, call_index=3)).drop_message == {5: (3,), 7: (5,)}
 
@@ -119,7 +110,7 @@ def test_duck_typed_requests_default_like_the_reference(tmp_path):
 ])
 def test_bad_call_ends_are_refused_in_one_line(tmp_path, ends, match):
     policy = get_policy("rolling_drop", keep_tool_responses=1, drop_after_call=1)
-    module = _load(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
+    module = load_exported(export_policy(policy, tmp_path / "policy.py", format="akv-harness"))
     msgs = build(["call"] * 3, [False])
     with pytest.raises(ValueError, match=match) as err:
         module.HarnessPolicy().decide(SimpleNamespace(messages=msgs, call_index=3, completed_call_message_ids=ends))
@@ -136,7 +127,7 @@ def test_bad_call_ends_are_refused_in_one_line(tmp_path, ends, match):
     ([{"role": "user", "content": "u"}, {"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "a"}]}], "distinct"),
 ])
 def test_malformed_histories_are_refused_like_the_reference(tmp_path, msgs, match):
-    module = _load(export_policy(get_policy("rolling_drop"), tmp_path / "policy.py", format="akv-harness"))
+    module = load_exported(export_policy(get_policy("rolling_drop"), tmp_path / "policy.py", format="akv-harness"))
     with pytest.raises(ValueError, match=match):
         module.HarnessPolicy().decide(SimpleNamespace(messages=msgs))
     with pytest.raises(ValueError):
@@ -170,7 +161,8 @@ def space(trial):
 
 
 def test_a_program_cannot_swallow_a_refused_request(tmp_path):
-    module = _load(export_policy(Policy.from_program(CATCHER, {}), tmp_path / "catcher.py", format="akv-harness"))
+    path = export_policy(Policy.from_program(CATCHER, {}), tmp_path / "catcher.py", format="akv-harness")
+    module = load_exported(path)
     msgs = build(["call"] * 2, [False])
     assert module.HarnessPolicy().decide(SimpleNamespace(messages=msgs, call_index=2,
                                                          completed_call_message_ids=[3, 5])).reposition == (3, 5)
@@ -182,7 +174,7 @@ def test_reasoning_drops_cannot_be_carried(tmp_path):
     with pytest.raises(PolicyError, match="drop_rule"):
         export_policy(get_policy("thinking_drop"), tmp_path / "t.py", format="akv-harness")
     assert not (tmp_path / "t.py").exists()
-    module = _load(export_policy(Policy.from_program(REASONING, {}), tmp_path / "r.py", format="akv-harness"))
+    module = load_exported(export_policy(Policy.from_program(REASONING, {}), tmp_path / "r.py", format="akv-harness"))
     with pytest.raises(ValueError, match="drop_rule"):
         module.HarnessPolicy().decide(SimpleNamespace(messages=build(["call"], [True])))
 
@@ -200,7 +192,7 @@ def test_unexportable_policies_are_refused_in_one_line(tmp_path, name, params, f
 
 
 def test_apply_decision_refuses_a_body_with_cache_fields(tmp_path):
-    module = _load(export_policy(get_policy("rolling_drop"), tmp_path / "policy.py", format="akv-harness"))
+    module = load_exported(export_policy(get_policy("rolling_drop"), tmp_path / "policy.py", format="akv-harness"))
     msgs = build(["call"], [False])
     decision = module.HarnessPolicy().decide(module.request_from_payload({"messages": msgs}))
     for field in ("drop_message", "reposition", "drop_rule", "cache"):

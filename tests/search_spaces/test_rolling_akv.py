@@ -6,7 +6,6 @@ a module exported for an AKV harness; and the reference's parameter names refuse
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import random
 from collections import Counter
@@ -18,6 +17,7 @@ import pytest
 
 from search_spaces import ParameterError, export_policy, get_policy, request_points
 from search_spaces.cache.families.rolling_akv import REFERENCE_NAMES
+from tests.exported import load_exported
 from tests.search_spaces import akv_reference as ref
 
 N_TRAJECTORIES = 600
@@ -119,14 +119,6 @@ def _ours(wire: dict[str, Any]) -> tuple[dict[int, tuple[int, ...]] | None, tupl
     return drops or None, tuple(wire["reposition"]) or None
 
 
-def _load(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"harness_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _reference(cfg, msgs, **kw):
     try:
         return ref.decide(cfg, msgs, **kw)
@@ -159,7 +151,7 @@ class Exported:
         assert lines[at] == f"PARAMS = {json.loads(json.dumps(params))!r}", lines[at]
         rest = "\n".join(lines[:at] + lines[at + 1:])
         if rest not in self.modules:
-            self.modules[rest] = _load(path)
+            self.modules[rest] = load_exported(path)
         module = self.modules[rest]
         module.PARAMS = ast.literal_eval(lines[at].removeprefix("PARAMS = "))  # this file's own value
         return module

@@ -10,6 +10,7 @@ import pytest
 import search_spaces.cache.program as program
 from search_spaces import Episode, SandboxLimits, Status, run_program
 from search_spaces.sandbox import SessionPool
+from tests.search_spaces.test_sandbox import ROLL
 from tests.search_spaces.trajectories import build
 
 LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=10, memory_mb=256, max_output_bytes=400_000)
@@ -33,20 +34,7 @@ def space(trial):
     return {}
 '''
 
-KEEP = '''DEFAULTS = {"keep": 1}
-
-
-def decide(request, params):
-    plan = request.plan()
-    tools = request.tool_responses()
-    for j in range(params["keep"], len(tools)):
-        plan.drop(tools[j], [tools[j - params["keep"]]])
-    return plan
-
-
-def space(trial):
-    return {"keep": trial.suggest_int("keep", 1, 4)}
-'''
+KEEP = 'DEFAULTS = {"keep": 1}\n\n' + ROLL  # test_sandbox's rolling program, with its default
 
 
 @pytest.fixture
