@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.errors import AKVError
 from evals.survival import SimConfig
 from rsi.survival.archive import (
     RECOMPUTE,
     TTFT,
 )
 from rsi.survival.config import load_config
-from rsi.survival.confirm import confirm_replay
+from rsi.survival.confirm import check_traces, confirm_replay
 from rsi.survival.evolve import SurvivalEvolution
 from rsi.survival.report import describe_headline
 from rsi.survival.search import run, table
@@ -32,9 +31,7 @@ def evolve_cli(args: Any) -> int:
     config = load_config(args.evolve)
     run_dir = Path(args.run_dir or f"runs/{config.name}")
     traces = getattr(args, "confirm_traces", 0)
-    if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
-        raise AKVError(f"--confirm-traces must be an integer >= 0 (0: every held-out trace), got {traces!r}",
-                       field="confirm_traces", value=traces)
+    check_traces(traces)  # before the evolution, not after it
     tracker = None
     if config.tracking:
         from rsi.survival.tracking import SurvivalTracker

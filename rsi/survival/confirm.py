@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.errors import AKVError
 from rsi.rundir import RunDirError, read_json, write_json
 from rsi.survival.archive import (
     SurvivalArchive,
@@ -32,6 +33,17 @@ def spread(ids: list[tuple[str, int]], n: int) -> list[tuple[str, int]]:
     return turns[:n]
 
 
+def check_traces(traces: Any) -> None:
+    """Refuse a ``--confirm-traces`` / ``traces`` value that is not an integer >= 0 (0: every one).
+
+    Raises:
+        AKVError: naming the value.
+    """
+    if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
+        raise AKVError(f"--confirm-traces must be an integer >= 0 (0: every held-out trace), got {traces!r}",
+                       field="confirm_traces", value=traces)
+
+
 def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall",
                    engine: Any = None, say: Callable[[str], None] | None = None,
                    traces: int = 0) -> list[dict[str, Any]]:
@@ -44,10 +56,9 @@ def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall
 
     Raises:
         RunDirError: ``run_dir`` holds no finished survival run.
-        ValueError: ``traces`` below 0.
+        AKVError: ``traces`` not an integer >= 0 (:func:`check_traces`).
     """
-    if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
-        raise ValueError(f"traces must be an integer >= 0 (0: every held-out trace), got {traces!r}")
+    check_traces(traces)
     from evals.survival import ReplayConfig, load_trace, replay
 
     run = Path(run_dir)
