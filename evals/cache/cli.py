@@ -148,10 +148,11 @@ def read_program_file(path: str | Path) -> ProgramFile:
     return program
 
 
-def policy_specs(args: argparse.Namespace, params: dict[str, Any],
-                 picked: PolicySpec | None = None) -> list[PolicySpec]:
+def policy_specs(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpec | None = None,
+                 program: ProgramFile | None = None) -> list[PolicySpec]:
     """The policies of an ``akv eval`` command line, each built once so that a bad name, parameter
-    or program is an error now rather than a failed result per task.
+    or program is an error now rather than a failed result per task (``program``: ``--program``'s
+    file, when the caller has read it already).
 
     Raises:
         AKVError: no policy given, ``--params`` with ``--compare`` or ``--run``, or what building
@@ -163,7 +164,7 @@ def policy_specs(args: argparse.Namespace, params: dict[str, Any],
     if picked is not None:
         specs = [picked]
     elif args.program:
-        program = read_program_file(args.program)
+        program = program or read_program_file(args.program)
         specs = [PolicySpec("program", {**program.params, **params}, source=program.source,
                             label=f"program:{Path(args.program).name}")]
     elif args.compare:
@@ -327,8 +328,9 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     from engine.engine import Engine
     from evals.rates import load_rates
 
+    program = read_program_file(args.program) if getattr(args, "program", None) and picked is None else None
     guard = bool(getattr(args, "frame_guard", False))
-    if not guard and getattr(args, "program", None) and read_program_file(args.program).frame_guard:
+    if not guard and program is not None and program.frame_guard:
         guard = True
         print(f"{args.program} was exported with the frame guard: evaluating under it (--frame-guard)")
     config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(),
@@ -342,7 +344,7 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     if plot is not None and (plot.is_dir() or plot.suffix.lower() not in PLOT_SUFFIXES):
         raise AKVError(f"--plot {plot} must be a file name ending in {', '.join(PLOT_SUFFIXES)}", field="plot",
                        value=str(plot))
-    specs = policy_specs(args, params, picked)
+    specs = policy_specs(args, params, picked, program)
     selection = load_tasks(args.suite, args.split, args.limit)
     tasks = selection.tasks
     bare = [t.id for t in tasks if any(not p.candidates for p in t.probes)]
