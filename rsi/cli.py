@@ -117,9 +117,12 @@ def _eval(args: argparse.Namespace) -> int:
 
     picked = None
     if args.run:
-        from rsi.cache.export import pick_spec
+        from rsi.cache.export import pick_spec, run_frame_guard
 
         picked = pick_spec(Path(args.run), args.pick or "best")
+        if not args.frame_guard and run_frame_guard(Path(args.run)):
+            args.frame_guard = True  # what the search counted; export does the same
+            print(f"{args.run} was searched under the frame guard: evaluating under it (--frame-guard)")
     elif args.pick is not None:
         raise AKVError("--pick goes with --run RUN_DIR", field="pick", value=args.pick)
     return run_eval(args, _parse_params(args.params or []), picked)
@@ -345,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also generate greedy answers (exact/contains match; slower; implied by --scoring generate)")
     e.add_argument("--frame-guard", action="store_true",
                    help="guard every policy's drops: a message leaves only after an assistant turn has read it, and "
-                        "the system prompt and first user message never leave (what a live agent needs)")
+                        "the system prompt and first user message never leave (what a live agent needs); on by "
+                        "itself for --run of a run searched under eval.frame_guard, and --program of a guarded export")
     e.add_argument("--out", default=None, help="results JSON (per-task parquet next to it)")
     e.add_argument("--plot", default=None, help="cost vs pass-rate PNG (with --compare)")
     e.set_defaults(func=_eval)

@@ -277,6 +277,18 @@ def test_eval_a_pick_of_a_run(tmp_path, eng):
     reference = Replay(eng, EvalConfig(generate=False)).evaluate(
         PolicySpec("rolling_drop", {"keep_tool_responses": 0}), Task.from_record(DOCUMENTED))
     assert math.isclose(out["tasks"][0]["cost_cents"], reference.cost_cents)
+    # a run searched under the frame guard is evaluated under it, as its export would drop
+    (run / "config.json").write_text(json.dumps({"eval": {"frame_guard": True}}))
+    ok(proc := akv(tmp_path, "eval", "--suite", str(tasks), "--run", str(run), "--model", "tiny-random",
+                   "--out", "r.json"))
+    out = json.loads((tmp_path / "r.json").read_text())
+    assert "searched under the frame guard" in proc.stdout and out["config"]["frame_guard"] is True
+    from evals.cache.oracle import schedule_spec
+
+    guarded = Replay(eng, EvalConfig(generate=False)).evaluate(schedule_spec({"drop_message": {"4": [3]}}),
+                                                              Task.from_record(DOCUMENTED))
+    assert math.isclose(out["tasks"][0]["cost_cents"], guarded.cost_cents)
+    assert guarded.cost_cents > reference.cost_cents
 
 
 # ------------------------------------------------------------------ --compare
