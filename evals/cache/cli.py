@@ -325,6 +325,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     Raises:
         AKVError: see :func:`policy_specs` and :func:`load_tasks`; an unknown model or rate table.
     """
+    import torch
+
     from engine.engine import Engine
     from evals.rates import load_rates
 
@@ -352,7 +354,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
         raise TaskError(f"{len(bare)} task(s) have probes without candidates (first: {bare[0]}); "
                         f"--scoring {config.scoring} ranks candidates: give them, or use --scoring generate",
                         field="candidates", value=bare[0])
-    eng = Engine.from_pretrained(args.model, template=args.template)
+    dtype = getattr(args, "dtype", None) or "float32"
+    eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
     bar = tqdm(total=len(tasks) * len(specs), desc="evaluating", unit="eval")
     results = evaluate(eng, specs, tasks, config, on_result=lambda r: bar.update(1))
     bar.close()
@@ -361,7 +364,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     paired = paired_rows(specs, results) if len(specs) > 1 else []
     _print_paired(paired)
     payload: dict[str, Any] = {"suite": args.suite, "split": selection.split, "model": args.model,
-                               "template": args.template, "scoring": config.scoring, "config": config.as_dict(),
+                               "dtype": dtype, "template": args.template, "scoring": config.scoring,
+                               "config": config.as_dict(),
                                "generator": sorted({f"{r.generator} {r.generator_version}" for r in results})}
     if len(rows) == 1:
         payload.update(rows[0])

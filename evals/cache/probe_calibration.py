@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,7 @@ class Calibration:
     targets: Targets = field(default_factory=Targets)
     suite: str = ""
     generator_version: str = ""
+    dtype: str = "float32"  # the engine's weights and KV
 
     @property
     def total(self) -> FamilyRow:
@@ -136,18 +137,48 @@ class Calibration:
 
     def to_json(self) -> dict[str, Any]:
         return {"split": self.split, "suite": self.suite, "generator_version": self.generator_version,
-                "model": self.model, "template": self.template, "probe_format": self.probe_format,
+                "model": self.model, "dtype": self.dtype, "template": self.template, "probe_format": self.probe_format,
                 "targets": asdict(self.targets), "ok": self.ok, "seconds": round(self.seconds, 1),
                 "machine": platform.platform(),
                 "families": [asdict(r) | {"meets": r.meets(self.targets)} for r in self.rows],
                 "total": asdict(self.total), "failures": list(self.failures),
                 "probes": [asdict(o) for o in self.outcomes]}
 
-    def write(self, path: str | Path) -> Path:
+    def write(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+        """The JSON of :meth:`to_json` (and ``extra``'s keys) at ``path``."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n")
+        path.write_text(json.dumps(self.to_json() | dict(extra or {}), indent=1, ensure_ascii=False) + "\n")
         return path
+
+
+FLAGS = ("full_mc", "full_exact", "drop_mc", "drop_exact")
+
+
+def compare(ours: Sequence[ProbeOutcome], theirs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Probe by probe against another calibration's ``probes`` (its JSON): for each pass flag, how
+    many probes both ran and how many of them passed in each and changed between them. Probes are
+    matched by task, lead-in and answer; those in only one of the two are counted, not compared.
+
+    Raises:
+        ValueError: no probe in common (not a calibration of the same tasks).
+    """
+    def key(o: Mapping[str, Any]) -> tuple[str, str, str]:
+        return o["task_id"], o["lead_in"], o["answer"]
+
+    other = {key(o): o for o in theirs}
+    mine = {key(asdict(o)): asdict(o) for o in ours}
+    common = [k for k in mine if k in other]
+    if not common:
+        raise ValueError("no probe in common with the other calibration: not the same tasks")
+    out: dict[str, Any] = {"probes": len(common), "only_here": len(mine) - len(common),
+                           "only_there": len(other) - len(common)}
+    for flag in FLAGS:
+        a = [bool(other[k][flag]) for k in common]
+        b = [bool(mine[k][flag]) for k in common]
+        out[flag] = {"there": sum(a), "here": sum(b), "gained": sum(y and not x for x, y in zip(a, b)),
+                     "lost": sum(x and not y for x, y in zip(a, b))}
+    return out
 
 
 def _row(family: str, outcomes: Sequence[ProbeOutcome]) -> FamilyRow:
@@ -212,4 +243,4 @@ def calibrate(engine: Engine, tasks: Sequence[Task], config: EvalConfig | None =
     versions = sorted({t.generator_version for t in tasks})
     return Calibration(split, template or engine.renderer.template.name, engine.name, config.probe.as_dict(), rows,
                        tuple(outcomes), failures, time.perf_counter() - t0, targets or Targets(), suite,
-                       ",".join(versions))
+                       ",".join(versions), str(engine.model.dtype).removeprefix("torch."))

@@ -1,7 +1,7 @@
 """Command line of the probe calibration (:mod:`evals.cache.probe_calibration`).
 
     python -m evals.cache.probe_calibration_cli --split heldout --per-family 4 [--template plain] [--suite default]
-        [--index-range A:B]
+        [--index-range A:B] [--dtype bfloat16] [--against CALIBRATION.json]
 
 Prints the per-family table (log-likelihood multiple choice and greedy exact match, with the full
 cache and with each probe's evidence dropped) and writes ``bench/results/calibration-<split>.json``.
@@ -11,9 +11,11 @@ Exits 1 when a family misses a required target.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from evals.cache.probes import LEAD_STYLES, ProbeFormat
@@ -30,12 +32,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "allotted to calibration and to no search")
     p.add_argument("--model", default="gemma-3-270m")
     p.add_argument("--template", default="plain", help="chat template of the engine (plain, gemma)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="weights and KV of the engine (bfloat16: faster prefill on CPUs with avx512_bf16, inexact)")
     p.add_argument("--lead-in", default=defaults.lead_in, choices=LEAD_STYLES)
     p.add_argument("--min-lead-chars", type=int, default=defaults.min_lead_chars)
     p.add_argument("--question", action=argparse.BooleanOptionalAction, default=defaults.ask_question,
                    help="ask the probe's question before the lead-in")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="JSON file (default bench/results/calibration-<split>.json)")
+    p.add_argument("--against", default=None, metavar="CALIBRATION.json",
+                   help="another calibration of the same tasks (e.g. in float32): print, per pass flag, the probes "
+                        "this one gains and loses against it, and keep that in the JSON")
     return p.parse_args(argv)
 
 
@@ -59,19 +66,40 @@ def index_range(tasks: Sequence[Any], spec: str | None) -> list[Any]:
     return out
 
 
+def _read_against(path: str | None) -> dict[str, Any] | None:
+    """The calibration JSON of ``--against``, read before the (minutes long) calibration starts.
+
+    Raises:
+        SystemExit: unreadable, or not a calibration (no ``probes`` list).
+    """
+    if path is None:
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--against {path}: cannot read it as JSON ({err})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("probes"), list):
+        raise SystemExit(f"--against {path}: not a calibration (no 'probes' list)")
+    return data
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    against = _read_against(args.against)
+    import torch
+
     from engine import Engine
     from evals.cache.evaluator import EvalConfig, TaskResult
-    from evals.cache.probe_calibration import calibrate, sample_tasks
+    from evals.cache.probe_calibration import FLAGS, calibrate, compare, sample_tasks
     from evals.tasks import load_suite
 
     fmt = replace(ProbeFormat(), lead_in=args.lead_in, min_lead_chars=args.min_lead_chars,
                   ask_question=args.question)
     tasks = sample_tasks(index_range(load_suite(args.suite, args.split), args.index_range), args.per_family)
-    engine = Engine.from_pretrained(args.model, template=args.template, threads=args.threads)
-    print(f"calibrating {args.model} ({args.template} template) on {len(tasks)} {args.split} tasks of {args.suite}; "
-          f"probe format {fmt.as_dict()}", flush=True)
+    engine = Engine.from_pretrained(args.model, template=args.template, threads=args.threads,
+                                    dtype=getattr(torch, args.dtype))
+    print(f"calibrating {args.model} ({args.template} template, {args.dtype}) on {len(tasks)} {args.split} tasks "
+          f"of {args.suite}; probe format {fmt.as_dict()}", flush=True)
 
     def progress(r: TaskResult) -> None:
         print(f"  {r.task_id:<55} {r.policy:<14} {r.seconds:6.1f}s{'' if r.ok else '  FAILED: ' + str(r.error)}",
@@ -80,7 +108,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal = calibrate(engine, tasks, EvalConfig(probe=fmt), split=args.split, template=args.template, suite=args.suite,
                     on_result=progress)
     print(cal.table())
-    out = cal.write(args.out or f"bench/results/calibration-{args.split}.json")
+    extra: dict[str, Any] = {}
+    if against is not None:
+        diff = compare(cal.outcomes, against.get("probes", []))
+        extra["against"] = {"file": args.against, "dtype": against.get("dtype", "float32"), **diff}
+        print(f"against {args.against} ({extra['against']['dtype']}), {diff['probes']} probes in common:")
+        for flag in FLAGS:
+            d = diff[flag]
+            print(f"  {flag:<11} {d['there']:>3} -> {d['here']:>3} passed  (+{d['gained']} -{d['lost']})")
+    out = cal.write(args.out or f"bench/results/calibration-{args.split}.json", extra)
     print(f"{cal.seconds:.0f} s; written to {out}")
     return 0 if cal.ok else 1
 

@@ -67,6 +67,48 @@ def test_command_line(tmp_path, monkeypatch, capsys):
     assert code in (0, 1) and "full mc" in printed and "evidence-restated" in printed
     data = json.loads(out.read_text())
     assert data["split"] == "train" and data["suite"] == "smoke" and data["probe_format"] == ProbeFormat().as_dict()
+    assert data["dtype"] == "float32"
+    # the same tasks in bfloat16, against the float32 calibration: every probe compared
+    again = tmp_path / "cal-bf16.json"
+    cli.main(["--suite", "smoke", "--split", "train", "--per-family", "1", "--model", "tiny-random",
+              "--dtype", "bfloat16", "--against", str(out), "--out", str(again)])
+    bf16 = json.loads(again.read_text())
+    assert bf16["dtype"] == "bfloat16" and "against" in capsys.readouterr().out
+    d = bf16["against"]
+    assert d["probes"] == len(data["probes"]) == len(bf16["probes"]) and d["only_here"] == d["only_there"] == 0
+    for flag in ("full_mc", "full_exact", "drop_mc", "drop_exact"):
+        key = flag.replace("exact", "gen")
+        assert d[flag]["there"] == round(data["total"][key] * d["probes"])
+        assert d[flag]["here"] - d[flag]["there"] == d[flag]["gained"] - d[flag]["lost"]
+
+
+@pytest.mark.parametrize("content, words", [("{not json", "cannot read"), ('{"probes": 3}', "not a calibration"),
+                                            ("[]", "not a calibration")])
+def test_against_refuses_what_is_not_a_calibration_before_calibrating(tmp_path, content, words):
+    from evals.cache import probe_calibration_cli as cli
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    with pytest.raises(SystemExit, match=words):
+        cli.main(["--suite", "smoke", "--model", "no-such-model", "--against", str(bad)])
+
+
+def test_compare_counts_gains_and_losses_per_flag():
+    from dataclasses import asdict
+
+    from evals.cache.probe_calibration import compare
+
+    a, b, c = (ProbeOutcome(f"t{i}", "f", "fact", "A", f"lead {i}", 5, "A", " A", True, True, "B", " B", False, False)
+               for i in range(3))
+    theirs = [asdict(a) | {"full_mc": False}, asdict(b) | {"drop_exact": True},
+              asdict(ProbeOutcome("t9", "f", "fact", "A", "x", 5, "A", "A", True, True, "B", "B", False, False))]
+    d = compare([a, b, c], theirs)
+    assert (d["probes"], d["only_here"], d["only_there"]) == (2, 1, 1)
+    assert d["full_mc"] == {"there": 1, "here": 2, "gained": 1, "lost": 0}
+    assert d["drop_exact"] == {"there": 1, "here": 0, "gained": 0, "lost": 1}
+    assert d["full_exact"] == {"there": 2, "here": 2, "gained": 0, "lost": 0}
+    with pytest.raises(ValueError, match="no probe in common"):
+        compare([c], theirs[2:])
 
 
 def test_index_range_keeps_each_familys_tasks_a_to_b():

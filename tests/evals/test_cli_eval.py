@@ -264,6 +264,38 @@ def test_read_program_file_refuses_edited_and_hostile_files(tmp_path):
         read_program_file(tmp_path / "bad.py")
 
 
+def test_bfloat16_weights_count_the_same_cost(tmp_path, eng, monkeypatch):
+    """``--dtype bfloat16``: the model runs in bfloat16 and the results say so; what a policy costs
+    counts tokens, so it equals the float32 replay's cost (its passes may differ: the format is inexact)."""
+    tasks = write_tasks(tmp_path / "t.jsonl", DOCUMENTED)
+    ok(akv(tmp_path, "eval", "--suite", str(tasks), "--policy", "rolling_drop", "--params", "keep_tool_responses=0",
+           "--model", "tiny-random", "--dtype", "bfloat16", "--out", "r.json"))
+    out = json.loads((tmp_path / "r.json").read_text())
+    reference = Replay(eng, EvalConfig(generate=False)).evaluate(
+        PolicySpec("rolling_drop", {"keep_tool_responses": 0}), Task.from_record(DOCUMENTED))
+    assert out["dtype"] == "bfloat16" and out["tasks"][0]["ok"]
+    assert math.isclose(out["tasks"][0]["cost_cents"], reference.cost_cents)
+    # and the engine it evaluates with is loaded in that dtype
+    import torch
+
+    from engine.engine import Engine
+    from evals.cache.cli import run_eval
+    from rsi.cli import build_parser
+
+    loaded: list[torch.dtype] = []
+    real = Engine.from_pretrained.__func__  # type: ignore[attr-defined]
+
+    def spy(cls, *a, **kw):
+        engine = real(cls, *a, **kw)
+        loaded.append(engine.model.dtype)
+        return engine
+
+    monkeypatch.setattr(Engine, "from_pretrained", classmethod(spy))
+    args = build_parser().parse_args(["eval", "--suite", str(tasks), "--policy", "full", "--model", "tiny-random",
+                                      "--dtype", "bfloat16", "--out", str(tmp_path / "r2.json")])
+    assert run_eval(args, {}) == 0 and loaded == [torch.bfloat16]
+
+
 def test_eval_a_pick_of_a_run(tmp_path, eng):
     """``--run RUN_DIR --pick best`` evaluates the archived program with its tuned parameters."""
     from tests.rsi.test_cli_errors import fake_run
