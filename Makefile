@@ -39,6 +39,7 @@ bench: install
 	$(PY) -m bench.eval_speed --lockstep --model gemma-3-270m --tasks 1 --policies 8 --repeats 3 --max-task-tokens 1500
 	$(PY) -m bench.screen_speed --model-policies 2
 	$(PY) -m bench.server_limits --model gemma-3-270m --requests 8 --out bench/results/server-limits-gemma-3-270m.json
+	$(PY) -m bench.weight_formats
 	$(PY) -m bench.speed_summary $(if $(RUN),--run $(RUN))
 
 clean:

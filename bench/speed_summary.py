@@ -4,9 +4,11 @@ benchmarks first, then this).
 It reads the results the benchmarks wrote (``bench/results/``: ``engine-<model>.json`` from
 ``bench.engine_speed --peak``, ``eval-throughput.json`` from ``bench.eval_speed``,
 ``eval-lockstep.json`` from ``bench.eval_speed --lockstep``, ``screen-speed-*.json`` from
-``bench.screen_speed``, ``server-limits-<model>.json`` from ``bench.server_limits``) and, with
-``--run``, a search run's own measure of the screen against the model (``fidelity.json``: inside
-a search, the figure the goal names), and writes
+``bench.screen_speed``, ``server-limits-<model>.json`` from ``bench.server_limits``,
+``weight-formats-<model>.json`` from ``bench.weight_formats``) and a search run's own measure of
+the screen against the model (inside a search, the figure the goal names): ``--run RUN_DIR`` reads
+the run's ``fidelity.json`` and keeps its figure in ``screen-in-search-<model>.json``, which later
+summaries read without ``--run``. It writes
 ``bench/results/speed-summary.json``: one row ``{"measure", "value", "goal", "met", "source"}`` per
 goal, with the machine each source recorded and when. A source that is missing is a row with
 ``value: null`` and ``met: false``, never a guess. Every ratio is the one its benchmark measured in
@@ -93,19 +95,56 @@ def server_rows(server: dict[str, Any] | None, source: str) -> list[dict[str, An
     return out
 
 
+def format_rows(formats: dict[str, Any] | None, source: str) -> list[dict[str, Any]]:
+    """The opt-in bfloat16 format (``bench.weight_formats``): its prefill against plain transformers
+    in float32 and its evaluations against the float32 engine's, with the probes it changes. The
+    goals above are the default float32 engine's; these rows have none."""
+    by = {r["tokens"]: r.get("bfloat16", {}) for r in (formats or {}).get("prefill", [])}
+    rows = [_row(f"prefill vs HF float32 at {n} tokens, bfloat16 weights (opt-in)", by.get(n, {}).get("vs_hf_float32"),
+                 "(no goal)", lambda v: v >= 1.5, source) for n in (512, 2048)]
+    ev = (formats or {}).get("evaluation", {})
+    rows.append(_row("evaluations/min, bfloat16 vs float32 (opt-in)", ev.get("speedup"), "(no goal)",
+                     lambda v: v > 1.0, source))
+    flipped = ev["probes_flipped"] / ev["probes"] if ev.get("probes") else None
+    rows.append(_row("probes whose pass changes, bfloat16 vs float32", flipped, "(no goal)", lambda v: v == 0,
+                     source, "{:.1%}"))
+    return rows
+
+
+def in_search(results: Path, model: str, run_dir: Path | None) -> tuple[dict[str, Any] | None, str]:
+    """The screen-vs-model figure of a search: read from ``run_dir``'s ``fidelity.json`` and kept
+    in ``results`` (with the run's name), or the one kept there before."""
+    kept = results / f"screen-in-search-{model}.json"
+    if run_dir is None:
+        return _load(kept), _shown(kept)
+    fidelity = _load(run_dir / "fidelity.json")
+    if fidelity is None or not (fidelity.get("speed") or {}).get("ratio"):
+        return None, f"{run_dir / 'fidelity.json'} (no speed figure)"
+    write_result(kept, {"run": run_dir.resolve().name, "speed": fidelity["speed"]})
+    return _load(kept), _shown(kept)
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when inside it (results are read from a checkout)."""
+    try:
+        return str(path.resolve().relative_to(RESULTS.parent.parent))
+    except ValueError:
+        return str(path)
+
+
 def summary(results: Path, model: str, run_dir: Path | None) -> list[dict[str, Any]]:
     engine = results / f"engine-{model}.json"
     evals = results / "eval-throughput.json"
     lock = results / "eval-lockstep.json"
     screens = sorted(results.glob(f"screen-speed-{model}-*.json"))
     server = results / f"server-limits-{model}.json"
-    fidelity = run_dir / "fidelity.json" if run_dir is not None else None
-    return [*engine_rows(_load(engine), str(engine)), *eval_rows(_load(evals), str(evals)),
-            *lockstep_rows(_load(lock), str(lock)),
-            *screen_rows(_load(screens[-1]) if screens else None, _load(fidelity) if fidelity else None,
-                         str(screens[-1]) if screens else "bench.screen_speed (not run)",
-                         str(fidelity) if fidelity else "--run RUN_DIR (not given)"),
-            *server_rows(_load(server), str(server))]
+    formats = results / f"weight-formats-{model}.json"
+    run, run_source = in_search(results, model, run_dir)
+    return [*engine_rows(_load(engine), _shown(engine)), *eval_rows(_load(evals), _shown(evals)),
+            *lockstep_rows(_load(lock), _shown(lock)),
+            *screen_rows(_load(screens[-1]) if screens else None, run,
+                         _shown(screens[-1]) if screens else "bench.screen_speed (not run)", run_source),
+            *server_rows(_load(server), _shown(server)), *format_rows(_load(formats), _shown(formats))]
 
 
 def machines(results: Path, model: str) -> dict[str, Any]:

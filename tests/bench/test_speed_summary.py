@@ -33,7 +33,32 @@ def test_rows_follow_the_sources_and_a_missing_one_is_a_missing_value(tmp_path, 
     assert rows["screen vs model inside a search"]["met"]
     flood = [r for m, r in rows.items() if m.startswith("small-request p50")]
     assert len(flood) == 2 and all(r["value"] is None and r["shown"] == "missing" for r in flood)
+    # the run's figure is kept with the results: later summaries have it without --run
+    kept = json.loads((tmp_path / "screen-in-search-m.json").read_text())
+    assert kept == {"run": "run", "speed": {"ratio": 3500.0}}
+    again = {r["measure"]: r for r in summary(tmp_path, "m", None)}
+    assert again["screen vs model inside a search"]["value"] == 3500.0
+    assert again["screen vs model inside a search"]["source"].endswith("screen-in-search-m.json")
+    (run / "fidelity.json").write_text(json.dumps({"speed": {}}))  # a run that measured no speed
+    bare = {r["measure"]: r for r in summary(tmp_path, "m", run)}
+    assert bare["screen vs model inside a search"]["value"] is None
+    assert "no speed figure" in bare["screen vs model inside a search"]["source"]
+    formats = [r for m, r in rows.items() if "bfloat16" in m]
+    assert len(formats) == 4 and all(r["value"] is None and r["goal"] == "(no goal)" for r in formats)
     assert main(["--model", "m", "--results", str(tmp_path)]) == 0
     written = json.loads((tmp_path / "speed-summary.json").read_text())
     assert written["machine"]["cpu_model"] == "X" and len(written["rows"]) == len(rows)
     assert "goals met" in capsys.readouterr().out
+
+
+def test_the_opt_in_bfloat16_rows_read_bench_weight_formats(tmp_path):
+    (tmp_path / "weight-formats-m.json").write_text(json.dumps({
+        "prefill": [{"tokens": 512, "bfloat16": {"vs_hf_float32": 2.1}},
+                    {"tokens": 2048, "bfloat16": {"vs_hf_float32": 2.4}}],
+        "evaluation": {"speedup": 1.3, "probes": 40, "probes_flipped": 2}}))
+    rows = {r["measure"]: r for r in summary(tmp_path, "m", None)}
+    assert rows["prefill vs HF float32 at 512 tokens, bfloat16 weights (opt-in)"]["value"] == 2.1
+    assert rows["prefill vs HF float32 at 2048 tokens, bfloat16 weights (opt-in)"]["value"] == 2.4
+    assert rows["evaluations/min, bfloat16 vs float32 (opt-in)"]["value"] == 1.3
+    flipped = rows["probes whose pass changes, bfloat16 vs float32"]
+    assert flipped["value"] == 0.05 and flipped["shown"] == "5.0%" and flipped["goal"] == "(no goal)"

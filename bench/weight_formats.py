@@ -1,0 +1,228 @@
+"""Weight formats on this CPU: ``python -m bench.weight_formats [--model gemma-3-270m] [--tasks 6]
+[--repeats 3]``.
+
+What each format buys and what it costs, all measured in one run:
+
+- prefill tokens/s at 512 and 2,048 tokens, interleaved: the engine in float32 (the default, exact),
+  the engine in bfloat16 (``dtype=torch.bfloat16``, the opt-in format: weights and KV), and plain
+  transformers in float32, the baseline of the engine's speed goals;
+- two int8 forms of the projections, run inside the float32 engine here only to decide whether an
+  int8 format is worth offering: torch's dynamic quantization (int8 weights per output channel,
+  activations quantized per tensor) and int8 weights and activations per row through
+  ``torch._int_mm``;
+- each format's next-token distributions against float32's on a real history (the first tasks of
+  ``--suite``, rendered): top-1 agreement, mean KL(float32 || format), and the mean negative
+  log-likelihood of the tokens that follow;
+- the evaluation itself: two policies (full, rolling drop K=2) replayed with the model on the first
+  ``--tasks`` train tasks in float32 and in bfloat16: seconds per policy-task and every probe's pass,
+  paired (cost does not depend on the format: it counts tokens).
+
+Prints tables and writes ``bench/results/weight-formats-<model>.json``. Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench import RESULTS, write_result
+from bench.engine_speed import _interleaved, _median_ratio, _no_store, _random_ids, _timed, machine_info
+from engine.engine import Engine
+from engine.history import replay
+from engine.models.lean import LeanModel
+from engine.prefill import batched_prefill, history_jobs
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
+from evals.tasks import load_suite, select_tasks
+from evals.tasks.schema import Task
+
+
+class _Int8PerTensor:
+    """torch's dynamic int8 linear: weights per output channel, activations per tensor."""
+
+    def __init__(self, weight: torch.Tensor):
+        w = weight.detach().float()
+        scale = (w.abs().amax(dim=1) / 127).clamp_min(1e-12).double()
+        zero = torch.zeros(w.shape[0], dtype=torch.int64)
+        self.packed = torch.ops.quantized.linear_prepack(
+            torch.quantize_per_channel(w, scale, zero, 0, torch.qint8), None)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x.contiguous(), self.packed, True)
+
+
+class _Int8PerRow:
+    """int8 weights per output channel and activations per row, int32 accumulation (``_int_mm``)."""
+
+    def __init__(self, weight: torch.Tensor):
+        w = weight.detach().float()
+        self.scale = (w.abs().amax(dim=1) / 127).clamp_min(1e-12)
+        self.q_t = (w / self.scale[:, None]).round().to(torch.int8).t().contiguous()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        sx = (x.abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)
+        xq = (x / sx).round_().to(torch.int8)
+        return torch._int_mm(xq, self.q_t).float().mul_(sx).mul_(self.scale)
+
+
+def _int8_model(model: LeanModel, kind: type[_Int8PerTensor] | type[_Int8PerRow]) -> LeanModel:
+    """A shallow copy of ``model`` whose four projections per layer run in int8 (``kind``)."""
+    out = copy.copy(model)
+    layers = []
+    for lw, hl in zip(model._layers, model.layers):
+        a, m = hl.self_attn, hl.mlp
+        # each int8 form is called as a Projection is
+        parts: dict[str, Any] = {"qkv": kind(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),
+                                 "o": kind(a.o_proj.weight), "down": kind(m.down_proj.weight),
+                                 "gate_up": kind(torch.cat([m.gate_proj.weight, m.up_proj.weight]))}
+        layers.append(dataclasses.replace(lw, **parts))
+    out._layers = layers
+    return out
+
+
+def _prefill(model: LeanModel, ids: list[int], rows: list[int]) -> Callable[[], torch.Tensor]:
+    hist = replay(ids)
+    everything = np.ones(len(ids), dtype=bool)
+
+    def run() -> torch.Tensor:
+        out = batched_prefill(model, hist.token_ids, hist.compute_pos, history_jobs(hist, everything), _no_store,
+                              rows)
+        assert out.logits is not None
+        return out.logits.float()
+    return run
+
+
+def agreement(reference: torch.Tensor, other: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    """Top-1 agreement, mean KL(reference || other) and both NLLs of ``targets`` (next tokens)."""
+    lp_ref, lp = F.log_softmax(reference, -1), F.log_softmax(other, -1)
+    n = targets.shape[0]
+    return {"top1_agreement": float((reference.argmax(-1) == other.argmax(-1)).float().mean()),
+            "kl": float((lp_ref.exp() * (lp_ref - lp)).sum(-1).mean()),
+            "nll_reference": float(-lp_ref[:n].gather(1, targets[:, None]).mean()),
+            "nll": float(-lp[:n].gather(1, targets[:, None]).mean())}
+
+
+def _history_ids(eng: Engine, tasks: list[Task], n_tokens: int) -> list[int]:
+    ids: list[int] = []
+    for task in tasks:
+        ids += [int(t) for t in eng.render(task.messages).token_ids]
+        if len(ids) >= n_tokens:
+            break
+    if len(ids) < n_tokens:
+        raise SystemExit(f"the tasks render to {len(ids)} tokens, fewer than the {n_tokens} measured")
+    return ids[:n_tokens]
+
+
+def evaluation(engines: dict[str, Engine], tasks: list[Task]) -> dict[str, Any]:
+    """Both policies on every task in each format, interleaved task by task: seconds and passes."""
+    specs = [PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 2})]
+    replays = {name: Replay(e, EvalConfig(generate=False)) for name, e in engines.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in engines}
+    passed: dict[str, list[list[bool]]] = {name: [] for name in engines}
+    for i, task in enumerate(tasks):
+        names = list(engines) if i % 2 == 0 else list(reversed(engines))
+        for spec in specs:
+            for name in names:
+                t = time.perf_counter()
+                r = replays[name].evaluate(spec, task)
+                seconds[name].append(time.perf_counter() - t)
+                if not r.ok:
+                    raise SystemExit(f"{task.id} {spec.display} failed in {name}: {r.error}")
+                passed[name].append([p.passed for p in r.probes])
+        print(f"  {task.id}: " + "  ".join(f"{n} {sum(seconds[n][-2:]):.1f}s" for n in engines), flush=True)
+    base, other = list(engines)
+    flips = [(a, b) for ra, rb in zip(passed[base], passed[other]) for a, b in zip(ra, rb) if a != b]
+    probes = sum(len(r) for r in passed[base])
+    diffs = [sum(rb) / len(rb) - sum(ra) / len(ra) for ra, rb in zip(passed[base], passed[other]) if ra]
+    half = 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    mean = statistics.mean(diffs) if diffs else float("nan")
+    return {"policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
+            "seconds_per_policy_task": {n: statistics.median(s) for n, s in seconds.items()},
+            "speedup": _median_ratio(seconds[base], seconds[other]),
+            "pass_rate": {n: sum(map(sum, p)) / probes for n, p in passed.items()},
+            "probes": probes, "probes_flipped": len(flips),
+            "probes_lost": sum(1 for a, _ in flips if a), "probes_gained": sum(1 for _, b in flips if b),
+            "pass_delta_per_policy_task": {"mean": mean, "ci95": [mean - half, mean + half], "n": len(diffs)}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="gemma-3-270m")
+    p.add_argument("--suite", default="horizon")
+    p.add_argument("--tasks", type=int, default=6, help="train tasks for the evaluation (0: skip it)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.tasks < 0 or args.repeats < 1:
+        p.error(f"--tasks must be at least 0 and --repeats at least 1, got {args.tasks} and {args.repeats}")
+    report: dict[str, Any] = {"model": args.model, **machine_info(), "repeats": args.repeats,
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": os.getloadavg()}
+    fp32 = Engine.from_pretrained(args.model)
+    bf16 = Engine.from_pretrained(args.model, dtype=torch.bfloat16)
+    models = {"float32": fp32.model, "bfloat16": bf16.model, "int8 per tensor": _int8_model(fp32.model, _Int8PerTensor),
+              "int8 per row": _int8_model(fp32.model, _Int8PerRow)}
+    hf = fp32.model.hf
+
+    speed = []
+    for n in (512, 2048):
+        ids = _random_ids(n, seed=n)
+        fns = [_timed(_prefill(m, ids, [n - 1])) for m in models.values()]
+
+        def hf_prefill(ids: list[int] = ids) -> None:
+            with torch.no_grad():
+                hf(torch.tensor([ids]), logits_to_keep=1)
+
+        fns.append(_timed(hf_prefill))
+        for f in fns:
+            f()  # warm-up
+        times = _interleaved(fns, args.repeats)
+        row: dict[str, Any] = {"tokens": n, "hf_float32_tok_s": n / statistics.median(times[-1])}
+        for name, t in zip(models, times):
+            row[name] = {"tok_s": n / statistics.median(t), "vs_float32": _median_ratio(times[0], t),
+                         "vs_hf_float32": _median_ratio(times[-1], t)}
+        speed.append(row)
+        print(f"prefill {n} tokens: HF float32 {row['hf_float32_tok_s']:.0f} tok/s; " + "; ".join(
+            f"{k} {row[k]['tok_s']:.0f} tok/s ({row[k]['vs_float32']:.2f}x float32, {row[k]['vs_hf_float32']:.2f}x HF)"
+            for k in models), flush=True)
+    report["prefill"] = speed
+
+    tasks = select_tasks(load_suite(args.suite, "train"), max(args.tasks, 8))
+    ids = _history_ids(fp32, tasks, 1024)
+    positions = list(range(1024 - 300, 1024))
+    targets = torch.tensor(ids[positions[0] + 1:])
+    logits = {name: _prefill(m, ids, positions)() for name, m in models.items()}
+    report["agreement"] = {"tokens": 1024, "positions": len(positions), "source": f"{args.suite} train tasks, rendered",
+                           **{name: agreement(logits["float32"], lg, targets) for name, lg in logits.items()
+                              if name != "float32"}}
+    print(f"{'format':<16} {'top-1 agree':>11} {'KL':>8} {'NLL':>7} (float32 NLL "
+          f"{report['agreement']['bfloat16']['nll_reference']:.3f})")
+    for name in list(models)[1:]:
+        a = report["agreement"][name]
+        print(f"{name:<16} {a['top1_agreement']:>11.3f} {a['kl']:>8.4f} {a['nll']:>7.3f}")
+
+    if args.tasks:
+        print(f"evaluation: {args.tasks} {args.suite} train tasks x 2 policies, float32 and bfloat16", flush=True)
+        ev = evaluation({"float32": fp32, "bfloat16": bf16}, tasks[:args.tasks])
+        report["evaluation"] = ev
+        d = ev["pass_delta_per_policy_task"]
+        print(f"seconds per policy-task: float32 {ev['seconds_per_policy_task']['float32']:.2f}, bfloat16 "
+              f"{ev['seconds_per_policy_task']['bfloat16']:.2f} ({ev['speedup']:.2f}x); pass rate "
+              f"{ev['pass_rate']['float32']:.3f} -> {ev['pass_rate']['bfloat16']:.3f}, {ev['probes_flipped']} of "
+              f"{ev['probes']} probes flipped; per policy-task {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, "
+              f"{d['ci95'][1]:+.3f}]")
+    report["load_average_end"] = os.getloadavg()
+    write_result(args.out or RESULTS / f"weight-formats-{args.model.replace('/', '_')}.json", report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
