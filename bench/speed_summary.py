@@ -102,6 +102,9 @@ def format_rows(formats: dict[str, Any] | None, source: str) -> list[dict[str, A
     by = {r["tokens"]: r.get("bfloat16", {}) for r in (formats or {}).get("prefill", [])}
     rows = [_row(f"prefill vs HF float32 at {n} tokens, bfloat16 weights (opt-in)", by.get(n, {}).get("vs_hf_float32"),
                  "(no goal)", lambda v: v >= 1.5, source) for n in (512, 2048)]
+    dec = (formats or {}).get("decode", {}).get("bfloat16", {})
+    rows.append(_row("decode vs float32 at 512 tokens of context, bfloat16 (opt-in)", dec.get("vs_float32"),
+                     "(no goal)", lambda v: v >= 1.0, source))
     ev = (formats or {}).get("evaluation", {})
     rows.append(_row("evaluations/min, bfloat16 vs float32 (opt-in)", ev.get("speedup"), "(no goal)",
                      lambda v: v > 1.0, source))

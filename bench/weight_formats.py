@@ -5,7 +5,8 @@ What each format buys and what it costs, all measured in one run:
 
 - prefill tokens/s at 512 and 2,048 tokens, interleaved: the engine in float32 (the default, exact),
   the engine in bfloat16 (``dtype=torch.bfloat16``, the opt-in format: weights and KV), and plain
-  transformers in float32, the baseline of the engine's speed goals;
+  transformers in float32, the baseline of the engine's speed goals; greedy decode tokens/s of the
+  two engines after a cached 512-token prompt;
 - two int8 forms of the projections, run inside the float32 engine here only to decide whether an
   int8 format is worth offering: torch's dynamic quantization (int8 weights per output channel,
   activations quantized per tensor) and int8 weights and activations per row through
@@ -122,6 +123,29 @@ def _history_ids(eng: Engine, tasks: list[Task], n_tokens: int) -> list[int]:
     return ids[:n_tokens]
 
 
+def decode(engines: dict[str, Engine], repeats: int, context: int = 512, new_tokens: int = 32) -> dict[str, Any]:
+    """Greedy decode tokens/s of each engine after a cached ``context``-token prompt, interleaved."""
+    ids = _random_ids(context, seed=context)
+    msgs = [{"role": "user", "content": next(iter(engines.values())).tokenizer.decode(ids[:context - 8])}]
+
+    def rate(eng: Engine) -> Callable[[], float]:
+        def run() -> float:
+            r = eng.chat(msgs, max_tokens=new_tokens, temperature=0.0, stop=[], ignore_eos=True)
+            return (len(r.token_ids) - 1) / r.timings.decode_s
+        return run
+
+    for eng in engines.values():
+        eng.chat(msgs, max_tokens=1)  # the prompt is cached: only decode is timed
+    rates = _interleaved([rate(e) for e in engines.values()], repeats)
+    first = next(iter(engines))
+    out: dict[str, Any] = {"context": context, "new_tokens": new_tokens,
+                           **{n: {"tok_s": statistics.median(r), "vs_" + first: _median_ratio(r, rates[0])}
+                              for n, r in zip(engines, rates)}}
+    print(f"decode after {context} tokens: " + "; ".join(
+        f"{n} {out[n]['tok_s']:.1f} tok/s ({out[n]['vs_' + first]:.2f}x)" for n in engines), flush=True)
+    return out
+
+
 def evaluation(engines: dict[str, Engine], tasks: list[Task]) -> dict[str, Any]:
     """Both policies on every task in each format, interleaved task by task: seconds and passes."""
     specs = [PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 2})]
@@ -194,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{k} {row[k]['tok_s']:.0f} tok/s ({row[k]['vs_float32']:.2f}x float32, {row[k]['vs_hf_float32']:.2f}x HF)"
             for k in models), flush=True)
     report["prefill"] = speed
+    report["decode"] = decode({"float32": fp32, "bfloat16": bf16}, args.repeats)
 
     tasks = select_tasks(load_suite(args.suite, "train"), max(args.tasks, 8))
     ids = _history_ids(fp32, tasks, 1024)

@@ -73,8 +73,9 @@ class Settings:
             generated secret file in the snapshot dir); kept out of ``repr``.
         client_api_key: the key clients of this project (``akv live``, remote replicas) send to an
             endpoint started with ``--api-key`` (``AKV_API_KEY``); kept out of ``repr``.
-        packed_weights: on CPU in float32, run the model's projections through oneDNN over weights
-            packed at load (``AKV_PACKED_WEIGHTS``, default on; ``0`` turns it off).
+        packed_weights: on CPU in float32 or bfloat16, run the model's projections (and in
+            bfloat16 its LM head) through oneDNN over weights packed at load (``AKV_PACKED_WEIGHTS``,
+            default on; ``0`` turns it off).
     """
 
     cache_dir: Path

@@ -44,7 +44,7 @@ def test_rows_follow_the_sources_and_a_missing_one_is_a_missing_value(tmp_path, 
     assert bare["screen vs model inside a search"]["value"] is None
     assert "no speed figure" in bare["screen vs model inside a search"]["source"]
     formats = [r for m, r in rows.items() if "bfloat16" in m]
-    assert len(formats) == 4 and all(r["value"] is None and r["goal"] == "(no goal)" for r in formats)
+    assert len(formats) == 5 and all(r["value"] is None and r["goal"] == "(no goal)" for r in formats)
     assert main(["--model", "m", "--results", str(tmp_path)]) == 0
     written = json.loads((tmp_path / "speed-summary.json").read_text())
     assert written["machine"]["cpu_model"] == "X" and len(written["rows"]) == len(rows)
@@ -55,10 +55,12 @@ def test_the_opt_in_bfloat16_rows_read_bench_weight_formats(tmp_path):
     (tmp_path / "weight-formats-m.json").write_text(json.dumps({
         "prefill": [{"tokens": 512, "bfloat16": {"vs_hf_float32": 2.1}},
                     {"tokens": 2048, "bfloat16": {"vs_hf_float32": 2.4}}],
+        "decode": {"bfloat16": {"vs_float32": 1.25}},
         "evaluation": {"speedup": 1.3, "probes": 40, "probes_flipped": 2}}))
     rows = {r["measure"]: r for r in summary(tmp_path, "m", None)}
     assert rows["prefill vs HF float32 at 512 tokens, bfloat16 weights (opt-in)"]["value"] == 2.1
     assert rows["prefill vs HF float32 at 2048 tokens, bfloat16 weights (opt-in)"]["value"] == 2.4
     assert rows["evaluations/min, bfloat16 vs float32 (opt-in)"]["value"] == 1.3
+    assert rows["decode vs float32 at 512 tokens of context, bfloat16 (opt-in)"]["value"] == 1.25
     flipped = rows["probes whose pass changes, bfloat16 vs float32"]
     assert flipped["value"] == 0.05 and flipped["shown"] == "5.0%" and flipped["goal"] == "(no goal)"

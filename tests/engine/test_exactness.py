@@ -46,28 +46,41 @@ def test_lean_forward_matches_transformers(name, request):
     assert rel_err(out.logits, ref) <= RTOL
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
-def test_packed_projections_equal_the_dense_ones(name, request, monkeypatch):
-    """On CPU in float32 the projections are packed for oneDNN; with ``AKV_PACKED_WEIGHTS=0`` they
-    are the dense ``F.linear`` ones. Both forwards agree on every hidden state, K and V within float32
-    rounding, for a many-row input and a one-row one (a decode step)."""
+def test_packed_projections_equal_the_dense_ones(name, dtype, request, monkeypatch):
+    """On CPU in float32 and bfloat16 the projections are packed for oneDNN (in bfloat16 the LM
+    head too); with ``AKV_PACKED_WEIGHTS=0`` they are the dense ``F.linear`` ones. Both forwards
+    agree on every hidden state, K, V and logit within the dtype's rounding (``tolerances``), for a
+    many-row input and a one-row one (a decode step)."""
+    import copy
+
     from engine.models.lean import LeanModel
 
     eng = request.getfixturevalue(name)
-    packed = eng.model
-    if packed.device.type != "cpu" or packed.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
-        pytest.skip("oneDNN packing is for CPU float32 only")
+    if eng.model.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        pytest.skip("oneDNN packing is for CPU only")
+    target = getattr(torch, dtype)
+    hf = eng.model.hf if eng.model.dtype == target else copy.deepcopy(eng.model.hf).to(target)
+    packed = LeanModel(hf, eng.model.name)
     monkeypatch.setenv("AKV_PACKED_WEIGHTS", "0")
-    dense = LeanModel(packed.hf, packed.name)
+    dense = LeanModel(hf, eng.model.name)
     assert all(w.qkv.packed and w.o.packed and w.gate_up.packed and w.down.packed for w in packed._layers)
     assert not any(w.qkv.packed or w.down.packed for w in dense._layers)
+    rtol = tolerances(dtype).rtol
     ids = torch.randint(10, 5000, (40,), generator=torch.Generator().manual_seed(4)).numpy()
     for n in (40, 1):
         pos = np.arange(n)
         a = packed.forward(ids[:n], pos, _causal(packed, pos), logit_rows=np.arange(n))
         b = dense.forward(ids[:n], pos, _causal(dense, pos), logit_rows=np.arange(n))
         for x, y in ((a.hidden, b.hidden), (a.keys, b.keys), (a.values, b.values), (a.logits, b.logits)):
-            assert rel_err(x, y) <= RTOL
+            assert rel_err(x.float(), y.float()) <= rtol
+    assert packed._logit_head is not None and packed._logit_head.packed is (dtype == "bfloat16")
+    assert dense._logit_head is not None and not dense._logit_head.packed
+    # greedy decoding picks from the same head as logits() in bfloat16
+    if dtype == "bfloat16":
+        h = a.hidden
+        assert packed.greedy_batch(h) == torch.argmax(packed.logits(h), dim=-1).tolist()
 
 
 @pytest.mark.parametrize("raw", ["maybe", "2", "-1"])
