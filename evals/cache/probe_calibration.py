@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.engine import Engine
+from engine.files import atomic_write
 from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, TaskResult, evaluate
 from evals.cache.probes import ProbeFormat, probe_prompt
 from evals.tasks.schema import Task
@@ -145,10 +146,11 @@ class Calibration:
                 "probes": [asdict(o) for o in self.outcomes]}
 
     def write(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
-        """The JSON of :meth:`to_json` (and ``extra``'s keys) at ``path``."""
+        """The JSON of :meth:`to_json` (and ``extra``'s keys) at ``path``, written atomically (a
+        crash leaves the previous file whole)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json() | dict(extra or {}), indent=1, ensure_ascii=False) + "\n")
+        atomic_write(path, (json.dumps(self.to_json() | dict(extra or {}), indent=1, ensure_ascii=False)
+                            + "\n").encode("utf-8"))
         return path
 
 

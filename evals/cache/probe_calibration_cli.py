@@ -67,19 +67,31 @@ def index_range(tasks: Sequence[Any], spec: str | None) -> list[Any]:
 
 
 def _read_against(path: str | None) -> dict[str, Any] | None:
-    """The calibration JSON of ``--against``, read before the (minutes long) calibration starts.
+    """The calibration JSON of ``--against``, read and checked before the (minutes long)
+    calibration starts: a ``probes`` list of objects, each with the keys a probe is matched by
+    (``task_id``, ``lead_in``, ``answer``: strings) and its four pass flags.
 
     Raises:
-        SystemExit: unreadable, or not a calibration (no ``probes`` list).
+        SystemExit: unreadable, or not a calibration (naming the first bad probe).
     """
     if path is None:
         return None
+    from evals.cache.probe_calibration import FLAGS
+
+    match = ("task_id", "lead_in", "answer")  # what compare() matches probes by
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise SystemExit(f"--against {path}: cannot read it as JSON ({err})") from None
     if not isinstance(data, dict) or not isinstance(data.get("probes"), list):
         raise SystemExit(f"--against {path}: not a calibration (no 'probes' list)")
+    for i, probe in enumerate(data["probes"]):
+        keys = (*match, *FLAGS)
+        missing = [k for k in keys if k not in probe] if isinstance(probe, dict) else list(keys)
+        if missing or not all(isinstance(probe[k], str) for k in match):
+            raise SystemExit(f"--against {path}: probe {i} is not a calibration probe (an object with string "
+                             f"{', '.join(match)} and the flags {', '.join(FLAGS)}; "
+                             f"missing {', '.join(missing) or 'none, but a key is not a string'})")
     return data
 
 
@@ -96,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     fmt = replace(ProbeFormat(), lead_in=args.lead_in, min_lead_chars=args.min_lead_chars,
                   ask_question=args.question)
     tasks = sample_tasks(index_range(load_suite(args.suite, args.split), args.index_range), args.per_family)
+    if against is not None and not {p["task_id"] for p in against["probes"]} & {t.id for t in tasks}:
+        raise SystemExit(f"--against {args.against}: none of its probes is from the {len(tasks)} tasks sampled here "
+                         f"(--suite {args.suite} --split {args.split} --per-family {args.per_family}): nothing to "
+                         f"compare")
     engine = Engine.from_pretrained(args.model, template=args.template, threads=args.threads,
                                     dtype=getattr(torch, args.dtype))
     print(f"calibrating {args.model} ({args.template} template, {args.dtype}) on {len(tasks)} {args.split} tasks "
@@ -110,12 +126,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(cal.table())
     extra: dict[str, Any] = {}
     if against is not None:
-        diff = compare(cal.outcomes, against.get("probes", []))
-        extra["against"] = {"file": args.against, "dtype": against.get("dtype", "float32"), **diff}
-        print(f"against {args.against} ({extra['against']['dtype']}), {diff['probes']} probes in common:")
-        for flag in FLAGS:
-            d = diff[flag]
-            print(f"  {flag:<11} {d['there']:>3} -> {d['here']:>3} passed  (+{d['gained']} -{d['lost']})")
+        try:
+            diff = compare(cal.outcomes, against["probes"])
+        except ValueError as err:  # same tasks, other probes (another probe format): keep the calibration
+            extra["against"] = {"file": args.against, "error": str(err)}
+            print(f"against {args.against}: {err}")
+        else:
+            extra["against"] = {"file": args.against, "dtype": str(against.get("dtype", "float32")), **diff}
+            print(f"against {args.against} ({extra['against']['dtype']}), {diff['probes']} probes in common:")
+            for flag in FLAGS:
+                d = diff[flag]
+                print(f"  {flag:<11} {d['there']:>3} -> {d['here']:>3} passed  (+{d['gained']} -{d['lost']})")
     out = cal.write(args.out or f"bench/results/calibration-{args.split}.json", extra)
     print(f"{cal.seconds:.0f} s; written to {out}")
     return 0 if cal.ok else 1

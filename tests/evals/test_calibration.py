@@ -80,10 +80,28 @@ def test_command_line(tmp_path, monkeypatch, capsys):
         key = flag.replace("exact", "gen")
         assert d[flag]["there"] == round(data["total"][key] * d["probes"])
         assert d[flag]["here"] - d[flag]["there"] == d[flag]["gained"] - d[flag]["lost"]
+    # the same tasks asked with other lead-ins: nothing to compare, but the calibration is still written
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data | {"probes": [p | {"lead_in": "elsewhere"} for p in data["probes"]]}))
+    third = tmp_path / "cal-3.json"
+    cli.main(["--suite", "smoke", "--split", "train", "--per-family", "1", "--model", "tiny-random",
+              "--against", str(other), "--out", str(third)])
+    assert "no probe in common" in capsys.readouterr().out
+    kept = json.loads(third.read_text())
+    assert len(kept["probes"]) == len(data["probes"]) and "no probe in common" in kept["against"]["error"]
 
 
-@pytest.mark.parametrize("content, words", [("{not json", "cannot read"), ('{"probes": 3}', "not a calibration"),
-                                            ("[]", "not a calibration")])
+_PROBE = {"task_id": "t", "lead_in": "x", "answer": "A", "full_mc": True, "full_exact": True, "drop_mc": False,
+          "drop_exact": False}
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "cannot read"), ('{"probes": 3}', "not a calibration"), ("[]", "not a calibration"),
+    ('{"probes": [1]}', "probe 0 is not a calibration probe"),
+    (json.dumps({"probes": [_PROBE, {"task_id": "t"}]}), "probe 1 is not a calibration probe.*missing lead_in"),
+    (json.dumps({"probes": [_PROBE | {"answer": 3}]}), "a key is not a string"),
+    (json.dumps({"probes": [_PROBE]}), "none of its probes is from the"),  # a calibration of other tasks
+])
 def test_against_refuses_what_is_not_a_calibration_before_calibrating(tmp_path, content, words):
     from evals.cache import probe_calibration_cli as cli
 
