@@ -15,8 +15,9 @@ What each format buys and what it costs, all measured in one run:
   ``--suite``, rendered): top-1 agreement, mean KL(float32 || format), and the mean negative
   log-likelihood of the tokens that follow;
 - the evaluation itself: two policies (full, rolling drop K=2) replayed with the model on the first
-  ``--tasks`` train tasks in float32 and in bfloat16: seconds per policy-task and every probe's pass,
-  paired (cost does not depend on the format: it counts tokens).
+  ``--tasks`` train tasks in float32 and in bfloat16: seconds per policy-task, every probe's pass,
+  and per policy the paired bootstrap of pass and cost over tasks (cost does not depend on the
+  format: it counts tokens).
 
 Prints tables and writes ``bench/results/weight-formats-<model>.json``. Not a timed test.
 """
@@ -42,7 +43,8 @@ from engine.engine import Engine
 from engine.history import replay
 from engine.models.lean import LeanModel
 from engine.prefill import batched_prefill, history_jobs
-from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult
+from evals.paired import pair_results, paired_bootstrap
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 
@@ -147,11 +149,13 @@ def decode(engines: dict[str, Engine], repeats: int, context: int = 512, new_tok
 
 
 def evaluation(engines: dict[str, Engine], tasks: list[Task]) -> dict[str, Any]:
-    """Both policies on every task in each format, interleaved task by task: seconds and passes."""
+    """Both policies on every task in each format, interleaved task by task: seconds, every probe's
+    pass, and per policy the second format against the first with the project's paired bootstrap
+    (:func:`evals.paired.paired_bootstrap`, over tasks)."""
     specs = [PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 2})]
     replays = {name: Replay(e, EvalConfig(generate=False)) for name, e in engines.items()}
     seconds: dict[str, list[float]] = {name: [] for name in engines}
-    passed: dict[str, list[list[bool]]] = {name: [] for name in engines}
+    results: dict[str, dict[str, list[TaskResult]]] = {name: {s.display: [] for s in specs} for name in engines}
     for i, task in enumerate(tasks):
         names = list(engines) if i % 2 == 0 else list(reversed(engines))
         for spec in specs:
@@ -161,21 +165,26 @@ def evaluation(engines: dict[str, Engine], tasks: list[Task]) -> dict[str, Any]:
                 seconds[name].append(time.perf_counter() - t)
                 if not r.ok:
                     raise SystemExit(f"{task.id} {spec.display} failed in {name}: {r.error}")
-                passed[name].append([p.passed for p in r.probes])
+                results[name][spec.display].append(r)
         print(f"  {task.id}: " + "  ".join(f"{n} {sum(seconds[n][-2:]):.1f}s" for n in engines), flush=True)
     base, other = list(engines)
-    flips = [(a, b) for ra, rb in zip(passed[base], passed[other]) for a, b in zip(ra, rb) if a != b]
-    probes = sum(len(r) for r in passed[base])
-    diffs = [sum(rb) / len(rb) - sum(ra) / len(ra) for ra, rb in zip(passed[base], passed[other]) if ra]
-    half = 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-    mean = statistics.mean(diffs) if diffs else float("nan")
+    pairs = [(a.passed, b.passed) for s in specs
+             for ra, rb in zip(results[base][s.display], results[other][s.display])
+             for a, b in zip(ra.probes, rb.probes, strict=True)]
+    flips = [(a, b) for a, b in pairs if a != b]
+    paired = {}
+    for s in specs:
+        d = paired_bootstrap(pair_results(results[other][s.display], results[base][s.display]))
+        paired[s.display] = {"cost_delta_pct": d.cost_delta_pct, "cost_delta_ci95": list(d.cost_delta_ci95),
+                             "pass_delta": d.pass_delta, "pass_delta_ci95": list(d.pass_delta_ci95),
+                             "tasks": d.n_tasks}
     return {"policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
             "seconds_per_policy_task": {n: statistics.median(s) for n, s in seconds.items()},
             "speedup": _median_ratio(seconds[base], seconds[other]),
-            "pass_rate": {n: sum(map(sum, p)) / probes for n, p in passed.items()},
-            "probes": probes, "probes_flipped": len(flips),
+            "pass_rate": {n: sum(b if n == other else a for a, b in pairs) / len(pairs) for n in engines},
+            "probes": len(pairs), "probes_flipped": len(flips),
             "probes_lost": sum(1 for a, _ in flips if a), "probes_gained": sum(1 for _, b in flips if b),
-            "pass_delta_per_policy_task": {"mean": mean, "ci95": [mean - half, mean + half], "n": len(diffs)}}
+            f"paired_{other}_vs_{base}": paired}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,12 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evaluation: {args.tasks} {args.suite} train tasks x 2 policies, float32 and bfloat16", flush=True)
         ev = evaluation({"float32": fp32, "bfloat16": bf16}, tasks[:args.tasks])
         report["evaluation"] = ev
-        d = ev["pass_delta_per_policy_task"]
         print(f"seconds per policy-task: float32 {ev['seconds_per_policy_task']['float32']:.2f}, bfloat16 "
               f"{ev['seconds_per_policy_task']['bfloat16']:.2f} ({ev['speedup']:.2f}x); pass rate "
               f"{ev['pass_rate']['float32']:.3f} -> {ev['pass_rate']['bfloat16']:.3f}, {ev['probes_flipped']} of "
-              f"{ev['probes']} probes flipped; per policy-task {d['mean']:+.3f} [{d['ci95'][0]:+.3f}, "
-              f"{d['ci95'][1]:+.3f}]")
+              f"{ev['probes']} probes flipped")
+        for policy, d in ev["paired_bfloat16_vs_float32"].items():
+            print(f"  {policy}: bfloat16 vs float32 over {d['tasks']} tasks: pass {d['pass_delta']:+.3f} "
+                  f"[{d['pass_delta_ci95'][0]:+.3f}, {d['pass_delta_ci95'][1]:+.3f}], cost "
+                  f"{d['cost_delta_pct']:+.1f}% [{d['cost_delta_ci95'][0]:+.1f}, {d['cost_delta_ci95'][1]:+.1f}]")
     report["load_average_end"] = os.getloadavg()
     write_result(args.out or RESULTS / f"weight-formats-{args.model.replace('/', '_')}.json", report)
     return 0

@@ -50,3 +50,27 @@ def test_an_int8_model_keeps_the_float32_one_and_stays_close():
     quant = _prefill(q, ids, rows)()
     assert np.isfinite(quant.numpy()).all() and not torch.equal(quant, before)
     assert agreement(before, quant, torch.tensor(ids[31:41]))["kl"] < 0.05
+
+
+def test_the_evaluation_pairs_each_policy_over_tasks():
+    """Two formats of the tiny model on two smoke tasks: costs count tokens, so the paired cost
+    change is exactly 0; every probe is counted once per policy and format, and the flips are the
+    probes whose pass differs (here checked against the rows themselves)."""
+    from bench.weight_formats import evaluation
+    from engine.engine import Engine
+    from evals.tasks import load_suite
+    from tests.conftest import get_engine
+
+    tasks = load_suite("smoke", "heldout")[:2]
+    engines = {"float32": get_engine("tiny-random"), "bfloat16": Engine.from_pretrained("tiny-random",
+                                                                                        dtype=torch.bfloat16)}
+    ev = evaluation(engines, tasks)
+    assert ev["probes"] == 2 * sum(len(t.probes) for t in tasks)
+    assert ev["probes_flipped"] == ev["probes_lost"] + ev["probes_gained"] <= ev["probes"]
+    gained = ev["pass_rate"]["bfloat16"] - ev["pass_rate"]["float32"]
+    assert gained == pytest.approx((ev["probes_gained"] - ev["probes_lost"]) / ev["probes"])
+    paired = ev["paired_bfloat16_vs_float32"]
+    assert set(paired) == set(ev["policies"])
+    for d in paired.values():
+        assert d["tasks"] == 2 and d["cost_delta_pct"] == pytest.approx(0.0, abs=1e-9)
+        assert d["pass_delta_ci95"][0] <= d["pass_delta"] <= d["pass_delta_ci95"][1]
