@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from engine.errors import AKVError
+from engine.errors import AKVError, show
 from evals.cache.evaluator import PolicySpec
 from rsi.archive import Archive, Candidate
+from rsi.rundir import RunDirError, read_json
 from search_spaces import Policy, PolicyError, export_policy, get_policy
 
 
@@ -67,11 +67,20 @@ def _source(run_dir: Path, c: Candidate) -> str:
 
 
 def run_frame_guard(run_dir: Path) -> bool:
-    """Whether the run in ``run_dir`` was evaluated under the frame guard (its ``config.json``)."""
+    """Whether the run in ``run_dir`` was evaluated under the frame guard (its ``config.json``;
+    none: not guarded).
+
+    Raises:
+        RunDirError: ``config.json`` is not a JSON object, or its ``eval`` is not one (naming the file).
+    """
     path = run_dir / "config.json"
     if not path.is_file():
         return False
-    return bool(json.loads(path.read_text(encoding="utf-8")).get("eval", {}).get("frame_guard", False))
+    section = read_json(path, dict).get("eval", {})
+    if not isinstance(section, dict):
+        raise RunDirError(f"{path}: 'eval' must be an object, got {type(section).__name__} {show(section)}",
+                          field=str(path), value=show(section))
+    return bool(section.get("frame_guard", False))
 
 
 def pick_spec(run_dir: Path, name: str) -> PolicySpec:

@@ -85,6 +85,22 @@ def test_export_without_an_archive_and_of_a_text_baseline(tmp_path, capsys, monk
     assert "PROGRAM_SOURCE" in (tmp_path / "p.py").read_text()
 
 
+@pytest.mark.parametrize("config, words", [("{not json", "not valid JSON"), ("[1, 2]", "expected a JSON object"),
+                                           ('{"eval": [true]}', "'eval' must be an object")])
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_a_runs_unreadable_config_is_one_line_where_the_guard_is_read(tmp_path, capsys, monkeypatch, config, words,
+                                                                        command):
+    """``akv eval --run`` and ``akv export`` read the run's config.json for its frame guard: a file
+    damaged by hand is a one-line error naming it, not a traceback (and nothing is evaluated)."""
+    monkeypatch.chdir(tmp_path)
+    run = fake_run(tmp_path / "run")
+    (run / "config.json").write_text(config)
+    argv = (["eval", "--run", str(run), "--model", "tiny-random"] if command == "eval"
+            else ["export", str(run), "--out", "p.py"])
+    one_line(main(argv), capsys.readouterr().err, "config.json", words)
+    assert not (tmp_path / "p.py").exists()
+
+
 @pytest.fixture
 def files(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(tmp_path)
