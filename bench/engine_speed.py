@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak", action="store_true", help="measure the fp32 matmul peak first")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    eng = Engine.from_pretrained(args.model)
+    eng = Engine.from_pretrained(args.model, keep_source=True)  # its HF forward is measured too
     report: dict[str, Any] = {"model": args.model, **machine_info(), "repeats": args.repeats,
                               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": os.getloadavg()}
     print(f"{report['cpu_model']}, {report['cpus']} CPUs, torch {report['torch']} with {report['torch_threads']} "

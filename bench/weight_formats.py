@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--tasks must be at least 0 and --repeats at least 1, got {args.tasks} and {args.repeats}")
     report: dict[str, Any] = {"model": args.model, **machine_info(), "repeats": args.repeats,
                               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": os.getloadavg()}
-    fp32 = Engine.from_pretrained(args.model)
+    fp32 = Engine.from_pretrained(args.model, keep_source=True)  # the HF baseline and the int8 forms read it
     bf16 = Engine.from_pretrained(args.model, dtype=torch.bfloat16)
     models = {"float32": fp32.model, "bfloat16": bf16.model, "int8 per tensor": _int8_model(fp32.model, _Int8PerTensor),
               "int8 per row": _int8_model(fp32.model, _Int8PerRow)}

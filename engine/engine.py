@@ -28,6 +28,7 @@ from engine.history import History, Item, replay, salted
 from engine.interface import ChatOptions
 from engine.kvstore import TensorKV
 from engine.layout import Layout, Rendered, Renderer
+from engine.models.catalog import default_template
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
 from engine.plan import RequestPlan, TokenUsage, commit, plan_request, release
@@ -233,8 +234,15 @@ class Engine:
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
                         pool_bytes: int | None = None, host_bytes: int = 0, threads: int | None = None,
                         device: str = "cpu", dtype: torch.dtype = torch.float32,
-                        max_context: int | None = None) -> Engine:
-        """Load ``name`` ("gemma-3-270m", "tiny-random", "tiny-random-gemma3" or a local path), offline."""
+                        max_context: int | None = None, keep_source: bool = False) -> Engine:
+        """Load ``name`` (a named model such as "gemma-3-270m" or "qwen2.5-coder-1.5b", a tiny
+        random one, or a local path), offline.
+
+        ``template`` defaults to the model's own (``engine.models.catalog``; "gemma" for models
+        without one). ``keep_source`` keeps the transformers model runnable beside the engine's
+        packed weights (``engine.model.hf``, for reference checks); by default its packed weights
+        are released, so the process holds one copy of them.
+        """
         threads = threads if threads is not None else settings().threads
         if threads < 0:
             raise AKVError(f"threads must be >= 0 (0 leaves torch's default), got {threads}", field="threads",
@@ -242,9 +250,10 @@ class Engine:
         if threads:
             torch.set_num_threads(threads)
         loaded = load_model(name, dtype=dtype, device=device)
-        model = LeanModel(loaded.hf_model, loaded.name)
+        model = LeanModel(loaded.hf_model, loaded.name, keep_source=keep_source)
         pool = pool_bytes if pool_bytes is not None else (2 * GiB if "tiny" not in name else 256 << 20)
-        return cls(model, loaded.tokenizer, template or "gemma", pool, host_bytes, max_context, loaded.name)
+        template = template or default_template(loaded.name, "gemma")
+        return cls(model, loaded.tokenizer, template, pool, host_bytes, max_context, loaded.name)
 
     # ------------------------------------------------------------------ public API
 

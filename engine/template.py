@@ -1,9 +1,20 @@
 """Chat templates: how one message becomes text, split into parts.
 
-A template turns each message into a few *parts* (header, reasoning, content, tool calls,
-footer). The layout tokenizes each part on its own, so message i's tokens never depend on the
-messages after it (rendering is stable under append) and a drop can target a part, such as the
-reasoning of an assistant turn. Templates are data; pick one by name with :func:`get_template`.
+A template turns each message into a few *parts* (header, reasoning, content, tool specs, tool
+calls, footer). The layout tokenizes each part on its own, so message i's tokens never depend on
+the messages after it (rendering is stable under append) and a drop can target a part, such as
+the reasoning of an assistant turn. Templates are data; pick one by name with :func:`get_template`.
+
+Templates: ``gemma`` (Gemma's turn markers), ``plain`` (role-labelled text, for base models) and
+``chatml`` (Qwen2.5's ChatML: ``<|im_start|>role`` / ``<|im_end|>``, tool specs in the system turn
+as Qwen's own template writes them, tool results as ``<tool_response>`` user turns, a default
+system turn when the conversation has none). ``chatml`` writes every message as Qwen's template
+does with one exception: Qwen's template puts consecutive tool results in one user turn, and
+``chatml`` gives each its own (``<|im_end|>\n<|im_start|>user`` between them), so that a tool
+result's tokens never depend on the next message and each one can be dropped alone.
+
+Tool specs (OpenAI ``tools``) travel on message 0 as its ``tools`` field (:func:`attach_tools`);
+templates that do not render them (``gemma``, ``plain``) ignore it.
 
 This module validates message shapes (roles, content types); it does not tokenize.
 """
@@ -13,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import MessageError, show
@@ -24,7 +35,7 @@ _ROLE_ALIASES = {"developer": "system"}
 
 @dataclass(frozen=True)
 class Part:
-    """A piece of a rendered message. ``kind`` is header, thinking, content, tool_calls or footer."""
+    """A piece of a rendered message. ``kind`` is header, thinking, content, tools, tool_calls or footer."""
 
     kind: str
     text: str
@@ -41,6 +52,12 @@ class ChatTemplate:
         generation_prompt: text after the last message that asks the model to speak.
         stop: strings that end generation (besides the tokenizer's end-of-sequence tokens).
         bos: prepend the tokenizer's beginning-of-sequence token to message 0.
+        footers: role -> footer, where a role's differs from ``footer``.
+        default_system: a system turn written before message 0 when it is not a system message
+            (``None``: none).
+        renders_tools: write message 0's ``tools`` into the system turn (Qwen's words).
+        tool_call_json: how a call's JSON is written: ``sorted`` (arguments first, keys sorted) or
+            ``qwen`` (``{"name": ..., "arguments": ...}`` with the arguments' keys as given).
     """
 
     name: str
@@ -51,6 +68,10 @@ class ChatTemplate:
     bos: bool = True
     thinking_open: str = "<think>\n"
     thinking_close: str = "\n</think>\n"
+    footers: Mapping[str, str] = field(default_factory=dict)
+    default_system: str | None = None
+    renders_tools: bool = False
+    tool_call_json: str = "sorted"
 
     def parts(self, message: Mapping[str, Any], index: int) -> list[Part]:
         """Render ``message`` (already checked by :func:`normalize_message`) into its parts."""
@@ -60,6 +81,12 @@ class ChatTemplate:
             header = header.replace("{name}", str(message["name"]))
         else:
             header = header.replace("{name}", "tool")
+        tools = message.get("tools") if self.renders_tools and index == 0 else None
+        if index == 0 and role != "system" and (self.default_system is not None or tools):
+            system = self.default_system or ""
+            block = qwen_tools_block(tools) if tools else ""
+            header = f"{self.headers['system']}{system}{block}{self.footers.get('system', self.footer)}{header}"
+            tools = None
         out = [Part("header", header)]
         reasoning = message.get("reasoning_content")
         if reasoning:
@@ -67,15 +94,23 @@ class ChatTemplate:
         content = message.get("content") or ""
         if content:
             out.append(Part("content", content))
+        if tools:
+            out.append(Part("tools", qwen_tools_block(tools)))
         calls = message.get("tool_calls")
         if calls:
-            out.append(Part("tool_calls", render_tool_calls(calls, leading_newline=bool(content))))
-        out.append(Part("footer", self.footer))
+            out.append(Part("tool_calls", render_tool_calls(calls, leading_newline=bool(content),
+                                                            style=self.tool_call_json)))
+        out.append(Part("footer", self.footers.get(role, self.footer)))
         return out
 
 
-def render_tool_calls(calls: Sequence[Mapping[str, Any]], leading_newline: bool) -> str:
-    """Tool calls as text: one ``<tool_call>{json}</tool_call>`` block per call."""
+def render_tool_calls(calls: Sequence[Mapping[str, Any]], leading_newline: bool, style: str = "sorted") -> str:
+    """Tool calls as text: one ``<tool_call>{json}</tool_call>`` block per call.
+
+    ``style`` ``sorted``: ``{"arguments": ..., "name": ...}`` with every key sorted; ``qwen``:
+    ``{"name": ..., "arguments": ...}`` with the arguments' keys in their given order, as Qwen's
+    chat template writes them. Arguments given as a JSON string are parsed first.
+    """
     blocks = []
     for call in calls:
         fn = call.get("function", call)
@@ -83,9 +118,24 @@ def render_tool_calls(calls: Sequence[Mapping[str, Any]], leading_newline: bool)
         if isinstance(args, str):
             with contextlib.suppress(json.JSONDecodeError):
                 args = json.loads(args)
-        payload = json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False, sort_keys=True)
+        if style == "qwen":
+            payload = f'{{"name": {json.dumps(fn.get("name"), ensure_ascii=False)}, "arguments": ' \
+                      f'{json.dumps(args, ensure_ascii=False)}}}'
+        else:
+            payload = json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False, sort_keys=True)
         blocks.append(f"<tool_call>\n{payload}\n</tool_call>")
     return ("\n" if leading_newline else "") + "\n".join(blocks)
+
+
+def qwen_tools_block(tools: Sequence[Any]) -> str:
+    """The tool specs as Qwen2.5-Coder's chat template (the one its GGUF ships) writes them after
+    the system prompt, doubled braces of its example call included."""
+    specs = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+    return ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+            f"{specs}\n</tools>\n\nFor each function call, return a json object with function name and "
+            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+            '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>')
 
 
 _GEMMA = ChatTemplate(
@@ -115,7 +165,26 @@ _PLAIN = ChatTemplate(
     stop=("\n\n", "\nUser:", "\nTool result"),
 )
 
-TEMPLATES: dict[str, ChatTemplate] = {t.name: t for t in (_GEMMA, _PLAIN)}
+# Qwen2.5's ChatML (its GGUF's chat template; see the module docstring for the one difference).
+_CHATML = ChatTemplate(
+    name="chatml",
+    headers={
+        "system": "<|im_start|>system\n",
+        "user": "<|im_start|>user\n",
+        "assistant": "<|im_start|>assistant\n",
+        "tool": "<|im_start|>user\n<tool_response>\n",
+    },
+    footer="<|im_end|>\n",
+    footers={"tool": "\n</tool_response><|im_end|>\n"},
+    generation_prompt="<|im_start|>assistant\n",
+    stop=("<|im_end|>", "<|endoftext|>"),
+    bos=False,
+    default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    renders_tools=True,
+    tool_call_json="qwen",
+)
+
+TEMPLATES: dict[str, ChatTemplate] = {t.name: t for t in (_GEMMA, _PLAIN, _CHATML)}
 
 
 def get_template(name: str | ChatTemplate) -> ChatTemplate:
@@ -171,6 +240,34 @@ def normalize_message(message: Any, index: int) -> dict[str, Any]:
     for key in ("name", "tool_call_id"):
         if message.get(key) is not None:
             out[key] = str(message[key])
+    tools = message.get("tools")
+    if tools is not None:
+        if index != 0 or not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+            raise MessageError(f"{where}.tools must be a list of tool objects, on message 0 only (see attach_tools)",
+                               field=f"{where}.tools", value=tools)
+        if tools:
+            out["tools"] = [dict(t) for t in tools]
     if role == "user" and not out["content"]:
         raise MessageError(f"{where}.content is empty", field=f"{where}.content", value=content)
+    return out
+
+
+def attach_tools(messages: Sequence[Any], tools: Sequence[Any] | None) -> list[Any]:
+    """``messages`` with the request's tool specs (OpenAI ``tools``) on message 0, where templates
+    that render them (``chatml``) write them; a copy, the caller's list is left as it was.
+
+    Raises:
+        MessageError: ``tools`` is not a list of objects, or message 0 already carries other tools.
+    """
+    out = list(messages)
+    if not tools:
+        return out
+    if not isinstance(tools, Sequence) or isinstance(tools, str) or not all(isinstance(t, Mapping) for t in tools):
+        raise MessageError(f"tools must be a list of tool objects, got {show(tools)}", field="tools", value=tools)
+    if out and isinstance(out[0], Mapping):
+        have = out[0].get("tools")
+        if have is not None and list(have) != list(tools):
+            raise MessageError("messages[0] carries other tools than the request's", field="messages[0].tools",
+                               value=have)
+        out[0] = {**out[0], "tools": [dict(t) for t in tools]}
     return out

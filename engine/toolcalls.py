@@ -3,6 +3,12 @@
 The chat templates render an assistant's tool calls this way (``engine.template``), so a model
 that imitates its history writes them the same way; the server turns them back into OpenAI
 ``tool_calls`` when the request declares ``tools``, and ``evals.cache.live`` runs the calls an agent makes.
+
+Small instruct models (Qwen2.5-Coder-1.5B measured) sometimes answer a tool request with the
+call's bare JSON, ``{"name": ..., "arguments": {...}}``, without the tags, or inside a Markdown
+code fence. When the caller names the declared tools, a reply that is nothing but such an object
+(or a list of them) whose names are all declared tools is read as those calls too
+(``ParsedReply.untagged``); anything else stays text.
 """
 
 from __future__ import annotations
@@ -10,47 +16,102 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
+_FENCE = re.compile(r"^```[A-Za-z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
 @dataclass(frozen=True)
 class ParsedReply:
-    """Text before the first tool call, the calls (OpenAI shape), and unparseable blocks."""
+    """Text before the first tool call, the calls (OpenAI shape), and unparseable blocks.
+
+    ``untagged``: the calls were read from a reply that is only their JSON, without
+    ``<tool_call>`` tags (see the module docstring)."""
 
     content: str
     tool_calls: list[dict[str, Any]]
     invalid: list[str]
+    untagged: bool = False
 
 
-def parse_tool_calls(text: str) -> ParsedReply:
+def _call(i: int, raw: str, obj: Any) -> dict[str, Any] | None:
+    """The OpenAI call of one parsed ``{"name", "arguments"}`` object, or ``None`` if it is not one."""
+    if not isinstance(obj, dict):
+        return None
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    args = obj.get("arguments", {})
+    digest = hashlib.sha256(f"{i}:{raw}".encode()).hexdigest()[:12]
+    return {"id": f"call_{digest}", "type": "function",
+            "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+
+def _untagged(text: str, tool_names: Collection[str]) -> list[dict[str, Any]]:
+    """The calls of a reply that is only a call's JSON (or a list of calls), fenced or not, whose
+    names are all in ``tool_names``; empty otherwise."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    if not body.startswith(("{", "[")):
+        return []
+    try:
+        obj = json.loads(body)
+    except (json.JSONDecodeError, RecursionError):
+        return []
+    objs = obj if isinstance(obj, list) else [obj]
+    calls = [_call(i, json.dumps(o, sort_keys=True), o) for i, o in enumerate(objs)]
+    if not calls or any(c is None or c["function"]["name"] not in tool_names for c in calls):
+        return []
+    return [c for c in calls if c is not None]
+
+
+def parse_tool_calls(text: str, tool_names: Collection[str] = ()) -> ParsedReply:
+    """The ``<tool_call>`` blocks of ``text`` as OpenAI calls; with ``tool_names`` (the declared
+    tools), a reply without blocks that is only such a call's JSON counts too."""
     calls, invalid = [], []
     for i, raw in enumerate(_BLOCK.findall(text)):
         try:
-            obj = json.loads(raw)
-            name = obj["name"]
-            if not isinstance(name, str) or not name:
-                raise ValueError("name")
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            call = _call(i, raw, json.loads(raw))
+        except (json.JSONDecodeError, RecursionError):
+            call = None
+        if call is None:
             invalid.append(raw[:200])
             continue
-        args = obj.get("arguments", {})
-        digest = hashlib.sha256(f"{i}:{raw}".encode()).hexdigest()[:12]
-        calls.append({"id": f"call_{digest}", "type": "function",
-                      "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}})
+        calls.append(call)
+    if not calls and not invalid and tool_names:
+        bare = _untagged(text, tool_names)
+        if bare:
+            return ParsedReply("", bare, [], untagged=True)
     cut = text.find("<tool_call>")
     content = (text if cut < 0 else text[:cut]).strip()
     return ParsedReply(content, calls, invalid)
 
 
-def reply_message(text: str, finish_reason: str, tools_declared: bool) -> tuple[dict[str, Any], str]:
+def tool_names(tools: Any) -> list[str]:
+    """The function names of an OpenAI ``tools`` list (entries without one are skipped)."""
+    names = []
+    for tool in tools or ():
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str):
+            names.append(fn["name"])
+    return names
+
+
+def reply_message(text: str, finish_reason: str, tools_declared: bool | Collection[str]) -> tuple[dict[str, Any], str]:
     """The OpenAI ``message`` and ``finish_reason`` of a generated reply: with tools declared and
     at least one well-formed ``<tool_call>`` block, the calls come back as ``tool_calls`` (the text
-    before them as ``content``, or null) and the finish reason is ``tool_calls``."""
+    before them as ``content``, or null) and the finish reason is ``tool_calls``. Given the
+    declared tools' names, a reply that is only a call's untagged JSON counts as that call."""
     if tools_declared:
-        parsed = parse_tool_calls(text)
+        names = () if isinstance(tools_declared, bool) else tools_declared
+        parsed = parse_tool_calls(text, names)
         if parsed.tool_calls:
             message = {"role": "assistant", "content": parsed.content or None, "tool_calls": parsed.tool_calls}
             return message, "tool_calls"

@@ -269,6 +269,11 @@ def _dashboard(args: argparse.Namespace) -> int:
     return run_dashboards(Path(args.run_dir), args.mlflow_port, args.optuna_port)
 
 
+MODEL_HELP = "gemma-3-270m, qwen2.5-coder-1.5b (the qwen extra), tiny-random, or a local checkpoint"
+TEMPLATE_HELP = ("chat template: gemma, chatml or plain (default: the named model's own, chatml for "
+                 "qwen2.5-coder-1.5b; else {fallback})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from evals.cache.oracle_cli import add_parser as add_oracle
     from evals.survival.cli import add_parser as add_workload
@@ -277,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="run the OpenAI-compatible AKV server")
-    s.add_argument("--model", default="gemma-3-270m", help="gemma-3-270m, tiny-random, or a local checkpoint")
-    s.add_argument("--template", default=None, help="chat template: gemma or plain")
+    s.add_argument("--model", default="gemma-3-270m", help=MODEL_HELP)
+    s.add_argument("--template", default=None, help=TEMPLATE_HELP.format(fallback="gemma"))
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=30000)
     s.add_argument("--pool-gb", type=float, default=2.0, help="KV pool budget")
@@ -338,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a split of the task set (train, heldout, custom, ...) or 'all' (default: train when the "
                         "task set has one, else every task)")
     e.add_argument("--limit", type=int, default=0, help="at most N tasks (spread over families)")
-    e.add_argument("--model", default="gemma-3-270m", help="gemma-3-270m, tiny-random, or a local checkpoint")
-    e.add_argument("--template", default="plain")
+    e.add_argument("--model", default="gemma-3-270m", help=MODEL_HELP)
+    e.add_argument("--template", default=None, help=TEMPLATE_HELP.format(fallback="plain"))
     e.add_argument("--rates", default="gpt-oss-120b")
     e.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="weights and KV of the model (bfloat16: about 1.5x faster prefill on CPUs with avx512_bf16, "
@@ -360,9 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     lv = sub.add_parser("live", help="live agent episodes against an OpenAI-compatible endpoint")
     lv.add_argument("--endpoint", required=True,
                     help="server base URL, e.g. http://127.0.0.1:30000 (its API key, if any, from AKV_API_KEY)")
-    lv.add_argument("--model", default="gemma-3-270m", help="model for local token counts (tokenizer)")
+    lv.add_argument("--model", default="gemma-3-270m",
+                    help="model for local token counts (its tokenizer) and its default template")
     lv.add_argument("--served-model", default=None, help="the request's model field (default: --model)")
-    lv.add_argument("--template", default="gemma", help="the server's chat template (gemma or plain)")
+    lv.add_argument("--template", default=None, help="the server's " + TEMPLATE_HELP.format(fallback="gemma"))
     lv.add_argument("--policy", default="full")
     lv.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy")
     lv.add_argument("--suite", default="smoke", help="suite name or path of a task set on disk")
@@ -486,9 +492,28 @@ def error_line(err: BaseException) -> str:
     return name + " ".join(text.split())
 
 
+# The template a command uses for a model without one of its own (kept for the first model's runs).
+_TEMPLATE_FALLBACK = {"eval": "plain", "oracle": "plain", "serve": "gemma", "live": "gemma"}
+
+
+def _resolve_template(args: argparse.Namespace) -> None:
+    """Fill ``args.template`` with the model's own template when it was not given, and refuse an
+    unknown one before any task or model is loaded."""
+    from engine.models.catalog import default_template
+    from engine.template import get_template
+
+    if not hasattr(args, "template"):
+        return
+    if args.template is None:
+        fallback = _TEMPLATE_FALLBACK.get(args.command, "plain")
+        args.template = default_template(getattr(args, "model", "") or "", fallback)
+    get_template(args.template)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _resolve_template(args)
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130

@@ -21,6 +21,7 @@ import yaml
 
 from engine.errors import AKVError
 from engine.files import read_text
+from engine.models.catalog import default_template
 
 
 class ConfigError(AKVError):
@@ -37,13 +38,19 @@ class ModelConfig:
 
     ``dtype``: weights and KV of the in-process engine (``auto``: float32 on CPU, bfloat16 on GPU
     replicas); with ``executor.backend: remote``, the dtype of the server's KV cache.
+    ``template``: the chat template (unset: the model's own, ``chatml`` for qwen2.5-coder-1.5b, and
+    ``plain`` for gemma-3-270m and local checkpoints); resolved when the config is built.
     """
 
     name: str = "gemma-3-270m"
-    template: str = "plain"
+    template: str = None  # type: ignore[assignment]  # resolved in __post_init__
     pool_gb: float = 2.0
     threads: int = 0
     dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.template is None:
+            object.__setattr__(self, "template", default_template(str(self.name), "plain"))
 
 
 @dataclass(frozen=True)

@@ -63,12 +63,13 @@ def device_kwargs() -> dict[str, object]:
 
 
 def get_engine(name: str, **kwargs):
-    """A shared engine per (name, options); its tree persists across tests, like a server's."""
+    """A shared engine per (name, options); its tree persists across tests, like a server's. Its
+    transformers model stays runnable (``keep_source``) as the reference the exactness tests use."""
     from engine import Engine
 
     key = name + repr(sorted(kwargs.items()))
     if key not in _ENGINES:
-        _ENGINES[key] = Engine.from_pretrained(name, **kwargs)
+        _ENGINES[key] = Engine.from_pretrained(name, keep_source=True, **kwargs)
     return _ENGINES[key]
 
 
@@ -88,6 +89,12 @@ def tiny():
 @pytest.fixture(scope="session")
 def tiny_gemma():
     return get_engine("tiny-random-gemma3", **device_kwargs())
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen():
+    """The Qwen2 shape at toy size: QKV bias, 6 query / 2 KV heads, untied head, rope base 1e6."""
+    return get_engine("tiny-random-qwen2", **device_kwargs())
 
 
 @pytest.fixture(scope="session")

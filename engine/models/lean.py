@@ -127,6 +127,16 @@ class Projection:
         return cls(weight, bias, False)
 
 
+def _release(*modules: Any) -> None:
+    """Replace each module's weight (and bias) by an empty tensor: its memory goes back once the
+    engine's own copy exists (``LeanModel(keep_source=False)``)."""
+    for module in modules:
+        for key in ("weight", "bias"):
+            param = getattr(module, key, None)
+            if isinstance(param, torch.Tensor):
+                setattr(module, key, torch.nn.Parameter(param.new_empty(0), requires_grad=False))
+
+
 def packs_projections(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether projections are packed for oneDNN: CPU, float32 or bfloat16, oneDNN present, not
     turned off."""
@@ -157,11 +167,17 @@ class LeanModel:
         hf_model: a loaded ``*ForCausalLM`` (eval mode; weights are shared, not copied, except
             the fused projections).
         name: display name.
+        keep_source: keep ``hf_model`` runnable. When false, each projection weight that was
+            packed (or fused) into a copy of its own is released from ``hf_model`` as soon as the
+            copy exists, and so is an untied LM head once :meth:`logits` has packed it: the process
+            holds one copy of the weights, not two (Qwen2.5-Coder-1.5B in bfloat16: about 3.3 GB
+            instead of 5.4 GB). ``hf`` is then ``None``; embeddings and norms stay shared.
     """
 
-    def __init__(self, hf_model: Any, name: str):
+    def __init__(self, hf_model: Any, name: str, keep_source: bool = True):
         hf_model.eval()
-        self.hf = hf_model
+        self.hf: Any = hf_model
+        self.keep_source = keep_source
         self.name = name
         cfg = hf_model.config
         self.config = cfg
@@ -198,6 +214,8 @@ class LeanModel:
         self._head: GreedyHead | None = None
         self._logit_head: Projection | None = None  # made at the first logits() call
         self._fuse()
+        if not keep_source:
+            self.hf = None  # its projections are gone: only this model runs now
 
     @torch.no_grad()
     def _fuse(self) -> None:
@@ -233,6 +251,10 @@ class LeanModel:
                 gate_up=Projection.of(torch.cat([m.gate_proj.weight, m.up_proj.weight]).contiguous(), None, pack),
                 down=Projection.of(m.down_proj.weight, m.down_proj.bias, pack),
                 post_mlp_norm=norm(layer.post_feedforward_layernorm) if gemma else None, act=m.act_fn))
+            if not self.keep_source:
+                _release(a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj)  # fused: always copies
+                w = self._layers[-1]
+                _release(*((a.o_proj,) if w.o.packed else ()), *((m.down_proj,) if w.down.packed else ()))
 
     @property
     def geometry(self) -> KVGeometry:
@@ -349,6 +371,9 @@ class LeanModel:
             w = self.lm_head.weight
             pack = w.dtype == torch.bfloat16 and self._packs  # as the projections were at load
             self._logit_head = Projection.of(w, getattr(self.lm_head, "bias", None), pack)
+            tied = w.data_ptr() == self.embed_tokens.weight.data_ptr()
+            if self._logit_head.packed and not self.keep_source and not tied:
+                _release(self.lm_head)
         out = self._logit_head(self.norm(hidden)).float()
         if self.final_softcap:
             out = torch.tanh(out / self.final_softcap) * self.final_softcap

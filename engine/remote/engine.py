@@ -254,7 +254,10 @@ class RemoteEngine:
 
     def _body(self, messages: Sequence[Any], schedule: Schedule, prefix: str) -> dict[str, Any]:
         msgs = [dict(m) for m in messages]
+        tools = msgs[0].pop("tools", None) if msgs else None  # message 0's tool specs are the request's tools
         body: dict[str, Any] = {"model": self.served_model, "messages": msgs, **schedule.to_wire()}
+        if tools:
+            body["tools"] = tools
         if prefix:
             if self.akv_extensions:
                 body["prefix"] = prefix

@@ -88,7 +88,8 @@ class ChatRequest(ScheduleFields):
     # tool-gap survival: after this reply the session waits on a tool ({"expected_s", "tool", "side_effect"})
     tool_gap: dict[str, Any] | None = None
     # OpenAI tools: when given, <tool_call> blocks in the reply come back as message.tool_calls. The
-    # templates do not render tool specs: list the tools in the system prompt (as the task suites do).
+    # chatml template renders them into the system turn (as Qwen's own template does); gemma and plain
+    # do not: with those, list the tools in the system prompt (as the task suites do).
     tools: list[Any] | None = None
 
     @field_validator("stop", mode="before")

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.durable import CheckpointStore, DurableSession, StepKind, Tool, ToolBox
-from engine.toolcalls import parse_tool_calls
+from engine.template import attach_tools
+from engine.toolcalls import parse_tool_calls, tool_names
 from evals.cache.cost import task_cost
 from evals.cache.scoring import contains_match, exact_match
 from evals.errors import AKVError, TaskError
@@ -223,6 +224,15 @@ def _tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
 
 
+def with_tool_specs(engine: Any, messages: list[dict[str, Any]], specs: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """``messages`` with the tools declared on message 0 where the engine's template renders tool
+    specs (``chatml``: the request's ``tools``); as they are otherwise (the system prompt lists them)."""
+    renderer = getattr(engine, "renderer", None)
+    if renderer is not None and renderer.template.renders_tools:
+        return attach_tools(messages, [dict(s) for s in specs])
+    return messages
+
+
 def session_name(policy: str, task: Task, probe: int) -> str:
     digest = hashlib.sha256(f"{policy}|{task.id}|{probe}".encode()).hexdigest()[:10]
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{policy}-{task.id}")[-80:].strip("-.")
@@ -261,7 +271,7 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
         session = DurableSession.open(store, name, engine, tools)
     else:
         start = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p.question}]
-        session = DurableSession.create(store, name, engine, tools, start)
+        session = DurableSession.create(store, name, engine, tools, with_tool_specs(engine, start, TOOL_SPECS))
     replayed = len(session.steps)
     answer: str | None = None
     calls: list[str] = []
@@ -272,7 +282,7 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
             steps += 1
             schedule = policy.decide(session.messages) if policy is not None else None
             text = session.llm(schedule=schedule, max_tokens=config.max_tokens, temperature=0.0)
-            reply = parse_tool_calls(text)
+            reply = parse_tool_calls(text, tool_names(TOOL_SPECS))
             if not reply.tool_calls and not reply.invalid:
                 answer = reply.content or text.strip()
                 break

@@ -151,8 +151,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     o.add_argument("--no-table", action="store_true",
                    help="leave out the rule table (role, tool, length) chosen with hindsight: one model evaluation "
                         "per task less")
-    o.add_argument("--model", default="gemma-3-270m", help="gemma-3-270m, tiny-random, or a local checkpoint")
-    o.add_argument("--template", default="plain")
+    o.add_argument("--model", default="gemma-3-270m",
+                   help="gemma-3-270m, qwen2.5-coder-1.5b (the qwen extra), tiny-random, or a local checkpoint")
+    o.add_argument("--template", default=None, help="chat template (default: the named model's own, else plain)")
     o.add_argument("--rates", default="gpt-oss-120b")
     o.add_argument("--scoring", default="loglik", choices=["loglik", "loglik-norm"])
     o.add_argument("--budget", type=int, default=12, help="model evaluations of the greedy search per task")

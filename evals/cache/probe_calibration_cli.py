@@ -31,7 +31,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="only each family's tasks A..B-1 (in suite order) are sampled from, e.g. held-out tasks "
                         "allotted to calibration and to no search")
     p.add_argument("--model", default="gemma-3-270m")
-    p.add_argument("--template", default="plain", help="chat template of the engine (plain, gemma)")
+    p.add_argument("--template", default=None,
+                   help="chat template of the engine: plain, gemma or chatml (default: the named model's own, "
+                        "else plain)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="weights and KV of the engine (bfloat16: faster prefill on CPUs with avx512_bf16, inexact)")
     p.add_argument("--lead-in", default=defaults.lead_in, choices=LEAD_STYLES)
@@ -97,6 +99,10 @@ def _read_against(path: str | None) -> dict[str, Any] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from engine.models.catalog import default_template
+    from engine.template import get_template
+
+    args.template = get_template(args.template or default_template(args.model, "plain")).name
     against = _read_against(args.against)
     import torch
 

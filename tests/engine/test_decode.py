@@ -18,7 +18,7 @@ from tests.engine.agent import trajectory
 RTOL = tolerances().rtol
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_decode_steps_equal_the_reference(name, request):
     base = request.getfixturevalue(name)
     eng = Engine(base.model, base.tokenizer, base.renderer.template.name, name=base.name)

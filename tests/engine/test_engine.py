@@ -41,7 +41,7 @@ def fresh(eng: Engine, **kw) -> Engine:
     return Engine(eng.model, eng.tokenizer, eng.renderer.template.name, name=eng.name, **kw)
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_agent_session_reuses_and_matches_the_reference(name, request):
     eng = fresh(request.getfixturevalue(name))
     msgs = trajectory(8)
@@ -197,7 +197,7 @@ def test_public_names():
     assert bad.value.field == "threads" and bad.value.value == -3
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 @pytest.mark.skipif(not TOL.exact_argmax, reason="bf16 rounding differs across batch shapes; near-ties of a "
                     "random model then flip greedy tokens (asserted in float32 only)")
 def test_batched_decode_equals_one_at_a_time(name, request):

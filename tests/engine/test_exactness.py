@@ -33,7 +33,7 @@ def _causal(m, pos):
     return lambda li, q, k, v, rows: attend(q, k, v, pos if rows is None else pos[rows], pos, m.scaling, m.windows[li])
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_lean_forward_matches_transformers(name, request):
     eng = request.getfixturevalue(name)
     m = eng.model
@@ -47,7 +47,7 @@ def test_lean_forward_matches_transformers(name, request):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_packed_projections_equal_the_dense_ones(name, dtype, request, monkeypatch):
     """On CPU in float32 and bfloat16 the projections are packed for oneDNN (in bfloat16 the LM
     head too); with ``AKV_PACKED_WEIGHTS=0`` they are the dense ``F.linear`` ones. Both forwards
@@ -166,7 +166,7 @@ def _no_store(tokens):
     raise AssertionError(f"nothing is stored, yet {tokens} were requested")
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=histories())
 def test_batched_prefill_equals_reference(name, request, items):
@@ -183,7 +183,7 @@ def test_batched_prefill_equals_reference(name, request, items):
     assert rel_err(pre.values, ref.values) <= RTOL
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=histories(), data=st.data())
 def test_restore_of_missing_spans_equals_full_compute(name, request, items, data):
@@ -205,3 +205,30 @@ def test_restore_of_missing_spans_equals_full_compute(name, request, items, data
     assert rel_err(part.keys, full.keys[:, :, idx]) <= RTOL
     assert rel_err(part.values, full.values[:, :, idx]) <= RTOL
     assert rel_err(part.logits[0], full.logits[0]) <= RTOL
+
+
+@pytest.mark.parametrize("model", ["tiny-random-qwen2", "tiny-random"])
+def test_released_source_weights_leave_the_forward_unchanged(model, tiny, tiny_qwen):
+    """``keep_source=False`` (every engine but the tests' reference ones) frees the transformers
+    copies of the projections the engine packed or fused, and an untied head once it is packed;
+    logits are bit-for-bit those of the engine that kept them."""
+    from engine import Engine
+
+    kept = (tiny_qwen if model == "tiny-random-qwen2" else tiny).model
+    lean = Engine.from_pretrained(model, **_device()).model
+    assert lean.hf is None
+    ids = torch.randint(10, 5000, (24,), generator=torch.Generator().manual_seed(3))
+    pos = np.arange(24)
+    out = lean.forward(ids.numpy(), pos, _causal(lean, pos), logit_rows=np.arange(24)).logits
+    ref = kept.forward(ids.numpy(), pos, _causal(kept, pos), logit_rows=np.arange(24)).logits
+    assert torch.equal(out, ref)
+    def source(m):
+        return sum(p.numel() for layer in m.layers for p in layer.parameters())
+
+    assert source(lean) < 0.5 * source(kept)
+
+
+def _device():
+    from tests.conftest import device_kwargs
+
+    return device_kwargs()

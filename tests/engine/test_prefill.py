@@ -29,7 +29,7 @@ def _no_store(tokens):
     raise AssertionError(f"nothing is stored, yet {tokens} were requested")
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_rotated_view_of_stored_keys_leaves_the_store_alone(name, request):
     """Stored keys that a reposition moves are one run of columns (a view, not a gather): the pass
     rotates a copy, the stored KV it hands back is untouched, and the result equals the reference."""
@@ -57,7 +57,7 @@ def test_rotated_view_of_stored_keys_leaves_the_store_alone(name, request):
     assert rel_err(part.logits[0], full.logits[0]) <= RTOL
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_last_layer_runs_for_the_requested_rows_only(name, request):
     """Asking for some rows (in any order) or none changes no K/V and no requested hidden state."""
     m = request.getfixturevalue(name).model
@@ -96,7 +96,7 @@ def test_flop_count_of_gemma_shapes():
         forward_flops(shape, 0)
 
 
-@pytest.mark.parametrize("name", ["tiny", "tiny_gemma"])
+@pytest.mark.parametrize("name", ["tiny", "tiny_gemma", "tiny_qwen"])
 def test_restore_with_drops_attends_as_one_job(name, request, monkeypatch):
     """A history rebuilt with drops (one job per segment, no rotation) attends as one merged job
     over all its tokens, the keys a segment does not see masked out: the logits and every K/V equal

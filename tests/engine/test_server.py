@@ -290,3 +290,31 @@ def test_openai_tools_and_tool_call_history_are_accepted(server, oai):
     r = oai.chat.completions.create(model="tiny-random", messages=msgs, tools=tools, max_tokens=4, temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
     assert r.choices[0].message.content is not None or r.choices[0].message.tool_calls
+
+
+def test_chatml_server_renders_declared_tools_and_the_remote_engine_sends_them(tiny_qwen, tmp_path):
+    """On a ChatML server the request's ``tools`` are written into the system turn (as Qwen's
+    template does): the prompt is what the engine renders for the messages with the tools on
+    message 0, longer than without them, and RemoteEngine, given tools on message 0, sends them as
+    the request's ``tools``."""
+    from engine.remote import RemoteEngine
+    from engine.template import attach_tools
+
+    tools = [{"type": "function", "function": {"name": "read_page", "description": "Read a page.",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "cursor": {"type": "integer"}}}}}]
+    msgs = [{"role": "user", "content": "Read the first page."}]
+    eng = Engine(tiny_qwen.model, tiny_qwen.tokenizer, "chatml", name="tiny-random-qwen2")
+    with ServerThread(create_app(eng, snapshot_dir=tmp_path)) as srv:
+        client = OpenAI(base_url=srv.base_url + "/v1", api_key="unused", max_retries=0)
+        with_tools = client.chat.completions.create(model="tiny-random-qwen2", messages=msgs, tools=tools,
+                                                    max_tokens=3, temperature=0)
+        without = client.chat.completions.create(model="tiny-random-qwen2", messages=msgs, max_tokens=3,
+                                                 temperature=0)
+        rendered = eng.renderer.render(attach_tools(msgs, tools))
+        assert with_tools.usage.prompt_tokens == len(rendered.token_ids)
+        assert "read_page" in eng.tokenizer.decode(rendered.token_ids[:rendered.spans[0][1]])
+        assert without.usage.prompt_tokens == len(eng.renderer.render(msgs).token_ids) < len(rendered.token_ids)
+        with RemoteEngine(srv.base_url, "tiny-random-qwen2", template="chatml") as remote:
+            r = remote.chat(attach_tools(msgs, tools), max_tokens=3)
+        assert r.usage.prompt_tokens == with_tools.usage.prompt_tokens

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from engine.template import render_tool_calls
-from engine.toolcalls import parse_tool_calls, reply_message
+from engine.toolcalls import parse_tool_calls, reply_message, tool_names
 
 
 def test_rendered_calls_parse_back():
@@ -37,3 +37,42 @@ def test_reply_message_returns_calls_only_when_tools_are_declared():
     assert reply_message(broken, "length", tools_declared=True) == ({"role": "assistant", "content": broken}, "length")
     only_call, _ = reply_message(text.split("\n", 1)[1], "stop", tools_declared=True)
     assert only_call["content"] is None
+
+
+TOOLS = [{"type": "function", "function": {"name": "read_page", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "search", "parameters": {"type": "object"}}}]
+
+
+def test_untagged_json_is_a_call_only_when_every_name_is_a_declared_tool():
+    """What Qwen2.5-Coder-1.5B sometimes writes: the call's JSON without tags, bare or fenced."""
+    names = tool_names(TOOLS)
+    assert names == ["read_page", "search"]
+    bare = '{"name": "read_page", "arguments": {"cursor": 2}}'
+    for text in (bare, f"```json\n{bare}\n```", f"  {bare}\n", f"[{bare}, {bare.replace('read_page', 'search')}]"):
+        parsed = parse_tool_calls(text, names)
+        assert parsed.untagged and parsed.content == "" and parsed.invalid == [], text
+        assert parsed.tool_calls[0]["function"] == {"name": "read_page", "arguments": '{"cursor": 2}'}
+    assert len(parse_tool_calls(f"[{bare}, {bare}]", names).tool_calls) == 2
+    message, finish = reply_message(bare, "stop", tools_declared=names)
+    assert finish == "tool_calls" and message["content"] is None and len(message["tool_calls"]) == 1
+
+
+def test_text_that_merely_contains_json_stays_text():
+    names = tool_names(TOOLS)
+    for text in ('The answer is {"name": "read_page"} as shown',  # prose around it
+                 '{"name": "delete_everything", "arguments": {}}',  # not a declared tool
+                 '[{"name": "read_page"}, {"name": "rm"}]',  # one undeclared name spoils the list
+                 '{"arguments": {}}', '{"name": 7}', "[]", "{}", '{"name": "read_page"',  # not calls / broken
+                 "[" * 5000 + "]" * 5000):  # deep nesting: no crash
+        parsed = parse_tool_calls(text, names)
+        assert parsed.tool_calls == [] and not parsed.untagged, text[:40]
+    assert parse_tool_calls('{"name": "read_page", "arguments": {}}').tool_calls == []  # no names given: text
+    # A tagged reply is parsed as before, untagged JSON beside it is left as text
+    tagged = parse_tool_calls('<tool_call>{"name": "search", "arguments": {}}</tool_call>', names)
+    assert not tagged.untagged and len(tagged.tool_calls) == 1
+
+
+def test_tool_names_skips_malformed_entries():
+    assert tool_names([{"function": {"name": "a"}}, {"name": "b"}, {"function": {}}, "x", None, {"function": 3}]) == [
+        "a", "b"]
+    assert tool_names(None) == []

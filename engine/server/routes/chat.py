@@ -24,7 +24,8 @@ from engine.server.schemas import ChatRequest
 from engine.server.served import Served, ServedDep, usage_json
 from engine.server.tenants import tenant_of
 from engine.survival import ToolGap
-from engine.toolcalls import reply_message
+from engine.template import attach_tools
+from engine.toolcalls import reply_message, tool_names
 
 router = APIRouter()
 ChatBody = Annotated[ChatRequest, Depends(json_body(ChatRequest))]
@@ -46,6 +47,7 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
         raise AKVError(f"{name}: not supported by this server, got {show(value)} (leave it unset: the reply "
                        "would ignore it)", field=name, value=value)
     max_tokens = req.new_tokens()
+    req.messages = attach_tools(req.messages, req.tools)  # rendered in the system turn where the template does
     # validation, session check and tokenization on a pool thread, never on the engine thread
     ready = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, s.limits)
     schedule = ready.schedule
@@ -61,7 +63,7 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
     result: ChatResult = await s.run(s.new_job(req.timeout, chat=args, session=sid, tool_gap=gap))
     s.sessions.update(sid, req.messages, schedule)
     s.metrics.latency.observe(time.perf_counter() - t0)
-    message, finish = reply_message(result.text, result.finish_reason, bool(req.tools))
+    message, finish = reply_message(result.text, result.finish_reason, tool_names(req.tools) if req.tools else False)
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
     if req.return_token_ids:
         choice["token_ids"] = list(result.token_ids)
