@@ -49,6 +49,7 @@ from evals.cache.cost import task_cost
 from evals.cache.scoring import contains_match, exact_match
 from evals.errors import AKVError, TaskError
 from evals.rates import load_rates
+from evals.tasks.paged import PAGES_SYSTEM
 from evals.tasks.schema import Task
 
 SYSTEM = """You are a research agent. Answer the user's question from the documents, using these tools:
@@ -68,6 +69,40 @@ TOOL_SPECS: tuple[dict[str, Any], ...] = tuple(
                     ("read", "The full text of a document.", "doc_id"),
                     ("calculator", "Evaluate an arithmetic expression.", "expression"),
                     ("submit_answer", "Submit the final answer (once).", "answer")))
+
+PAGE_TOOL_SPECS: tuple[dict[str, Any], ...] = (
+    {"type": "function", "function": {"name": "read_page", "description": "One page of the report and the next cursor.",
+                                      "parameters": {"type": "object", "properties": {"cursor": {"type": "integer"}},
+                                                     "required": ["cursor"]}}},
+    TOOL_SPECS[3],
+)
+
+
+class Pages:
+    """The paged-report tool (``meta.live = "pages"``, :mod:`evals.tasks.paged`): the task's tool
+    responses are the pages, read in any order, each at most once."""
+
+    def __init__(self, task: Task):
+        self.pages = [str(m.get("content") or "") for m in task.messages if m.get("role") == "tool"]
+        if not self.pages:
+            raise TaskError(f"task {task.id!r} has no pages (tool messages)", field="task", value=task.id)
+        self.read: set[int] = set()
+
+    def read_page(self, args: Mapping[str, Any]) -> str:
+        raw = args.get("cursor")
+        try:
+            cursor = int(str(raw).strip())
+        except ValueError:
+            return f"error: cursor must be an integer from 0 to {len(self.pages) - 1}, got {raw!r}"
+        if not 0 <= cursor < len(self.pages):
+            return f"error: no page at cursor {cursor}; cursors run from 0 to {len(self.pages) - 1}"
+        if cursor in self.read:
+            unread = [c for c in range(len(self.pages)) if c not in self.read]
+            hint = f"the next unread cursor is {unread[0]}" if unread else "every page is read: submit your answer"
+            return f"error: page {cursor} was already read (its text is earlier in this conversation); {hint}"
+        self.read.add(cursor)
+        return self.pages[cursor]
+
 
 _WORD = re.compile(r"[a-z0-9]+(?:[-.#][a-z0-9]+)*")
 
@@ -256,22 +291,38 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
         raise TaskError(f"probe: task {task.id!r} has {len(task.probes)} probes, got index {probe}",
                         field="probe", value=probe)
     p = task.probes[probe]
-    corpus = Corpus.from_task(task, p.after_message)
-    tools = ToolBox([
-        Tool("search", lambda a: corpus.search(str(a.get("query", "")))),
-        Tool("read", lambda a: corpus.read(str(a.get("doc_id", "")), config.read_chars)),
-        Tool("calculator", lambda a: calculate(str(a.get("expression", "")))),
-        Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
-        Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are search, read, calculator, "
-                                       "submit_answer"),
-    ])
+    paged = task.meta.get("live") == "pages"
+    pages = Pages(task) if paged else None
+    specs = PAGE_TOOL_SPECS if paged else TOOL_SPECS
+    if pages is not None:
+        system = next((str(m["content"]) for m in task.messages if m.get("role") == "system"), PAGES_SYSTEM)
+        tools = ToolBox([
+            Tool("read_page", pages.read_page),
+            Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
+            Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are read_page, submit_answer"),
+        ])
+    else:
+        system = SYSTEM
+        corpus = Corpus.from_task(task, p.after_message)
+        tools = ToolBox([
+            Tool("search", lambda a: corpus.search(str(a.get("query", "")))),
+            Tool("read", lambda a: corpus.read(str(a.get("doc_id", "")), config.read_chars)),
+            Tool("calculator", lambda a: calculate(str(a.get("expression", "")))),
+            Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
+            Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are search, read, calculator, "
+                                           "submit_answer"),
+        ])
     name = session_name(policy_label, task, probe)
     t0 = time.perf_counter()
     if store.exists(name):
         session = DurableSession.open(store, name, engine, tools)
+        if pages is not None:  # the pages read before the restart stay read
+            for step in session.steps:
+                if step.tool == "read_page" and step.result is not None and not str(step.result).startswith("error"):
+                    pages.read_page(step.args or {})
     else:
-        start = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p.question}]
-        session = DurableSession.create(store, name, engine, tools, with_tool_specs(engine, start, TOOL_SPECS))
+        start = [{"role": "system", "content": system}, {"role": "user", "content": p.question}]
+        session = DurableSession.create(store, name, engine, tools, with_tool_specs(engine, start, specs))
     replayed = len(session.steps)
     answer: str | None = None
     calls: list[str] = []
@@ -282,7 +333,7 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
             steps += 1
             schedule = policy.decide(session.messages) if policy is not None else None
             text = session.llm(schedule=schedule, max_tokens=config.max_tokens, temperature=0.0)
-            reply = parse_tool_calls(text, tool_names(TOOL_SPECS))
+            reply = parse_tool_calls(text, tool_names(specs))
             if not reply.tool_calls and not reply.invalid:
                 answer = reply.content or text.strip()
                 break
