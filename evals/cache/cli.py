@@ -21,7 +21,7 @@ from tqdm import tqdm
 from engine.errors import AKVError
 from engine.files import atomic_write, read_text
 from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
-from evals.cache.probes import ProbeFormat
+from evals.cache.probes import probe_format_for
 from evals.cache.scoring import wilson_interval
 from evals.errors import TaskError
 from evals.tasks.schema import Task
@@ -335,7 +335,7 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     if not guard and program is not None and program.frame_guard:
         guard = True
         print(f"{args.program} was exported with the frame guard: evaluating under it (--frame-guard)")
-    config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(),
+    config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=probe_format_for(args.model),
                         generate=bool(args.generate) or args.scoring == "generate", frame_guard=guard)
     load_rates(config.rates)
     out = Path(args.out or "eval-results.json")

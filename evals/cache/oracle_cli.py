@@ -26,7 +26,7 @@ from evals.cache.cli import load_tasks
 from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult, result_from_row
 from evals.cache.headroom import Headroom, TaskHeadroom, measure_headroom
 from evals.cache.oracle import OracleConfig, violations
-from evals.cache.probes import ProbeFormat
+from evals.cache.probes import probe_format_for
 from evals.tasks.schema import Task
 
 
@@ -105,7 +105,8 @@ def run_oracle(args: argparse.Namespace) -> int:
                        value=str(out))
     check = stored_results(Path(args.check)) if args.check else None
     selection = load_tasks(args.suite, args.split, args.limit, args.offset)
-    eval_config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=ProbeFormat(), generate=False)
+    eval_config = EvalConfig(rates=args.rates, scoring=args.scoring, probe=probe_format_for(args.model),
+                             generate=False)
     eng = Engine.from_pretrained(args.model, template=args.template)
     memo = Memo(Replay(eng, eval_config))
     bar = tqdm(total=len(selection.tasks), desc="oracle", unit="task")

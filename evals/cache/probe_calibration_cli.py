@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from evals.cache.probes import LEAD_STYLES, ProbeFormat
+from evals.cache.probes import LEAD_STYLES, ProbeFormat, probe_format_for
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -36,10 +36,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "else plain)")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="weights and KV of the engine (bfloat16: faster prefill on CPUs with avx512_bf16, inexact)")
-    p.add_argument("--lead-in", default=defaults.lead_in, choices=LEAD_STYLES)
-    p.add_argument("--min-lead-chars", type=int, default=defaults.min_lead_chars)
-    p.add_argument("--question", action=argparse.BooleanOptionalAction, default=defaults.ask_question,
-                   help="ask the probe's question before the lead-in")
+    p.add_argument("--lead-in", default=None, choices=LEAD_STYLES,
+                   help=f"default: the model's calibrated format (evals.cache.probes.MODEL_PROBE_FORMATS), else "
+                        f"{defaults.lead_in}")
+    p.add_argument("--min-lead-chars", type=int, default=None)
+    p.add_argument("--question", action=argparse.BooleanOptionalAction, default=None,
+                   help="ask the probe's question before the lead-in (default: as the model's calibrated format)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="JSON file (default bench/results/calibration-<split>.json)")
     p.add_argument("--against", default=None, metavar="CALIBRATION.json",
@@ -111,8 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from evals.cache.probe_calibration import FLAGS, calibrate, compare, sample_tasks
     from evals.tasks import load_suite
 
-    fmt = replace(ProbeFormat(), lead_in=args.lead_in, min_lead_chars=args.min_lead_chars,
-                  ask_question=args.question)
+    base = probe_format_for(args.model)
+    fmt = replace(base, lead_in=args.lead_in or base.lead_in,
+                  min_lead_chars=base.min_lead_chars if args.min_lead_chars is None else args.min_lead_chars,
+                  ask_question=base.ask_question if args.question is None else args.question)
     tasks = sample_tasks(index_range(load_suite(args.suite, args.split), args.index_range), args.per_family)
     if against is not None and not {p["task_id"] for p in against["probes"]} & {t.id for t in tasks}:
         raise SystemExit(f"--against {args.against}: none of its probes is from the {len(tasks)} tasks sampled here "

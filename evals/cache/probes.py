@@ -65,6 +65,20 @@ class ProbeFormat:
                 "max_lead_chars": self.max_lead_chars, "min_lead_chars": self.min_lead_chars}
 
 
+# The probe format each named model is judged with where none is given (``akv eval``, the oracle,
+# the calibration, a search's ``eval.lead_in`` left unset): chosen by its calibration
+# (docs/results.md, "Judged by a model that can do the task"); others get ``ProbeFormat()``.
+MODEL_PROBE_FORMATS: dict[str, ProbeFormat] = {}
+
+
+def probe_format_for(model: str) -> ProbeFormat:
+    """The calibrated probe format of ``model`` (a name or alias; ``ProbeFormat()`` for others)."""
+    from engine.models.catalog import find_spec
+
+    spec = find_spec(model)
+    return MODEL_PROBE_FORMATS.get(spec.name if spec is not None else model, ProbeFormat())
+
+
 @dataclass(frozen=True)
 class ProbePrompt:
     """A probe ready for the engine: the context suffix, the reply's lead-in, the continuations."""

@@ -400,3 +400,37 @@ def test_frame_guard_lets_the_agent_read_before_a_drop(tmp_path, eng):
     out = json.loads((tmp_path / "r.json").read_text())
     assert "exported with the frame guard" in proc.stdout and out["config"]["frame_guard"] is True
     assert math.isclose(out["tasks"][0]["cost_cents"], reference.cost_cents)
+
+
+@pytest.mark.parametrize(("argv", "template"), [
+    (["eval", "--model", "qwen2.5-coder-1.5b"], "chatml"),  # the model's own
+    (["eval", "--model", "Qwen/Qwen2.5-Coder-1.5B-Instruct"], "chatml"),  # an alias
+    (["eval", "--model", "gemma-3-270m"], "plain"),  # the first model keeps each command's default
+    (["serve", "--model", "gemma-3-270m"], "gemma"),
+    (["live", "--endpoint", "http://x", "--model", "qwen2.5-coder-1.5b"], "chatml"),
+    (["eval", "--model", "qwen2.5-coder-1.5b", "--template", "plain"], "plain"),  # given: kept
+])
+def test_each_command_takes_the_model_s_own_template_when_none_is_given(argv, template):
+    from rsi.cli import _resolve_template, build_parser
+
+    args = build_parser().parse_args(argv)
+    _resolve_template(args)
+    assert args.template == template
+
+
+def test_an_unknown_template_is_refused_before_any_work(tmp_path, capsys):
+    """One line naming the value and the valid ones; no task file is read (it does not exist)."""
+    from rsi.cli import main
+
+    code = main(["eval", "--template", "chatml2", "--suite", str(tmp_path / "missing.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown chat template 'chatml2'" in err and "chatml, gemma, plain" in err
+    assert "missing.jsonl" not in err
+
+
+def test_the_probe_format_is_the_model_s_calibrated_one():
+    from evals.cache.probes import MODEL_PROBE_FORMATS, probe_format_for
+
+    assert probe_format_for("gemma-3-270m") == ProbeFormat() == probe_format_for("/some/checkpoint")
+    assert probe_format_for("Qwen/Qwen2.5-Coder-1.5B-Instruct") == MODEL_PROBE_FORMATS.get(
+        "qwen2.5-coder-1.5b", ProbeFormat())
