@@ -51,6 +51,7 @@ from engine.models.lean import KVGeometry
 from engine.plan import TokenUsage
 from engine.remote.wire import WireClient, parse_usage
 from engine.schedule import Schedule
+from engine.template import render_tool_calls
 
 log = logging.getLogger("akv.remote")
 PREFIX_MODES = ("field", "continue_final_message")
@@ -199,7 +200,7 @@ class RemoteEngine:
                 body["return_token_ids"] = True
             answer = self.wire.post("/v1/chat/completions", body)
             choice = (answer.get("choices") or [{}])[0]
-            text = str((choice.get("message") or {}).get("content") or "")
+            text = _reply_text(choice.get("message") or {}, self.renderer.template.tool_call_json)
             reason = str(choice.get("finish_reason") or "stop")
             ids = choice.get("token_ids")
             token_ids = [int(i) for i in ids] if isinstance(ids, list) else self.tokenizer.encode(
@@ -287,6 +288,16 @@ class RemoteEngine:
                               value=usage.prompt_tokens)
         if self.usage_mismatches == 1:
             log.warning("%s (reported once)", msg)
+
+
+def _reply_text(message: Mapping[str, Any], style: str) -> str:
+    """The reply as the model's text: its content, and the OpenAI ``tool_calls`` a server parsed
+    out of it written back as ``<tool_call>`` blocks (so a caller parses every server's reply alike)."""
+    content = str(message.get("content") or "")
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not calls or not all(isinstance(c, Mapping) for c in calls):
+        return content
+    return content + render_tool_calls(calls, leading_newline=bool(content), style=style)
 
 
 def _geometry(model: str, kv_dtype: torch.dtype, load_config: Callable[[str], Any]) -> KVGeometry | None:

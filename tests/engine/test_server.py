@@ -318,3 +318,30 @@ def test_chatml_server_renders_declared_tools_and_the_remote_engine_sends_them(t
         with RemoteEngine(srv.base_url, "tiny-random-qwen2", template="chatml") as remote:
             r = remote.chat(attach_tools(msgs, tools), max_tokens=3)
         assert r.usage.prompt_tokens == with_tools.usage.prompt_tokens
+
+
+def test_remote_engine_gives_a_reply_s_parsed_tool_calls_back_as_text(tiny_qwen, tmp_path, monkeypatch):
+    """A server that parsed the model's calls into ``tool_calls`` (content null) still gives the
+    caller the model's reply as text: the calls written back as ``<tool_call>`` blocks, which
+    parse back to the same calls."""
+    from engine.remote import RemoteEngine
+    from engine.toolcalls import parse_tool_calls
+
+    eng = Engine(tiny_qwen.model, tiny_qwen.tokenizer, "chatml", name="tiny-random-qwen2")
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "read_page", "arguments": '{"cursor": 3}'}}]
+    with ServerThread(create_app(eng, snapshot_dir=tmp_path)) as srv, \
+            RemoteEngine(srv.base_url, "tiny-random-qwen2", template="chatml") as remote:
+        real_post = remote.wire.post
+
+        def post(path, body):
+            answer = real_post(path, body)
+            answer["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+            answer["choices"][0]["finish_reason"] = "tool_calls"
+            return answer
+
+        monkeypatch.setattr(remote.wire, "post", post)
+        r = remote.chat([{"role": "user", "content": "Read page 3."}], max_tokens=2)
+    assert r.text == '<tool_call>\n{"name": "read_page", "arguments": {"cursor": 3}}\n</tool_call>'
+    parsed = parse_tool_calls(r.text)
+    assert [c["function"] for c in parsed.tool_calls] == [c["function"] for c in calls]
+    assert r.finish_reason == "tool_calls"
