@@ -136,6 +136,10 @@ class ChatTokens:
         """
         encode = renderer._encode
         template = renderer.template
+        if template.footers or template.default_system is not None:
+            raise WorkloadError(f"template {template.name!r} gives some roles their own footer or writes a default "
+                                "system turn; the simulator's token model has one footer for every role (gemma, plain)",
+                                field="template", value=template.name)
         words = tuple(encode(" " + w)[0] for w in vocab)
         sample = list(range(0, VOCAB, 37))
         if encode(render(sample, vocab)) != [words[i] for i in sample]:

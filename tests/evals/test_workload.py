@@ -330,3 +330,11 @@ def test_cli_generate_simulate_replay(tmp_path, capsys, tiny, monkeypatch):
                  "--out", str(out)]) == 2
     assert "lru: unknown parameter 'k'; lru takes no parameters" in capsys.readouterr().err
     assert main(["workload", "simulate", str(trace), "--survival", "lru", "--params", "[1]", "--out", str(out)]) == 2
+
+
+def test_a_template_with_per_role_footers_is_refused_by_the_token_model(tiny):
+    """ChatML closes tool turns with their own footer: one line naming the template, not a miscount."""
+    from engine.layout import Renderer
+
+    with pytest.raises(WorkloadError, match="template 'chatml'"):
+        ChatTokens.from_renderer(Renderer(tiny.tokenizer, "chatml"), vocabulary(tiny.tokenizer))

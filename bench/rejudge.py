@@ -1,0 +1,100 @@
+"""A search's headline judged again by another model: the same picks, the same held-out tasks.
+
+    python -m bench.rejudge RUN_DIR --model qwen2.5-coder-1.5b [--dtype bfloat16] [--out FILE]
+
+Reads ``RUN_DIR/headline.json`` (the evolved choice against each expert, chosen on train) and the
+run's config (suite, held-out tasks, scoring, rates, frame guard), evaluates every policy the
+headline names, and the full cache, on the run's held-out tasks with ``--model`` as the judge of
+pass (its calibrated probe format), all policies of a task sharing its KV; then pairs each
+comparison over tasks with the project's bootstrap (``evals.paired``), beside the run's own
+figures from its judge. Writes ``bench/results/rejudge-<run>-<model>.json``.
+
+Only the judge changes: costs are the policies' schedules priced the same way (they agree with
+the run's to rounding when both models' tokenizers count alike; they do not here, so both are shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from bench import RESULTS, write_result
+from engine.engine import Engine
+from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.cache.probes import probe_format_for
+from evals.paired import pair_results, paired_bootstrap
+from evals.tasks.selection import select_tasks
+from evals.tasks.storage import load_suite
+from rsi.cache.export import pick_spec
+from rsi.cache.headline import read_headline
+from rsi.rundir import read_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir")
+    p.add_argument("--model", required=True)
+    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    run = Path(args.run_dir)
+    config = read_json(run / "config.json")
+    comparisons = read_headline(run) or []
+    if not comparisons:
+        raise SystemExit(f"{run}: no headline comparisons to judge again")
+    data, ev = config["data"], config["eval"]
+    tasks = select_tasks(load_suite(data["suite"], "heldout"), data["heldout_tasks"], offset=data["heldout_offset"])
+    ids = {"full": "full"} | {c.versus: c.versus_id for c in comparisons} | {c.policy: c.policy_id for c in comparisons}
+    labels = list(ids)
+    specs = [PolicySpec("full") if label == "full" else pick_spec(run, ids[label]) for label in labels]
+    eval_config = EvalConfig(rates=ev["rates"], scoring=ev["scoring"], probe=probe_format_for(args.model),
+                             generate=ev["scoring"] == "generate", frame_guard=bool(ev.get("frame_guard")))
+    print(f"judging {', '.join(labels)} on {len(tasks)} held-out tasks of {data['suite']} "
+          f"({tasks[0].id} .. {tasks[-1].id}) with {args.model} ({args.dtype})", flush=True)
+    t0 = time.perf_counter()
+    eng = Engine.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
+    bar = tqdm(total=len(tasks) * len(specs), desc="judging", unit="eval")
+    results = evaluate(eng, specs, tasks, eval_config, on_result=lambda r: bar.update(1))
+    bar.close()
+    by: dict[str, list[TaskResult]] = {s.display: [r for r in results if r.policy == s.display] for s in specs}
+    names = dict(zip(labels, (s.display for s in specs)))
+    rows = []
+    for c in comparisons:
+        d = paired_bootstrap(pair_results(by[names[c.policy]], by[names[c.versus]]))
+        row = {"policy": c.policy, "versus": c.versus, "tasks": d.n_tasks,
+               "cost_delta_pct": d.cost_delta_pct, "cost_delta_ci95": list(d.cost_delta_ci95),
+               "pass_delta": d.pass_delta, "pass_delta_ci95": list(d.pass_delta_ci95),
+               "run_judge": {"cost_delta_pct": c.cost_delta_pct, "cost_delta_ci95": list(c.cost_delta_ci95),
+                             "pass_delta": c.pass_delta, "pass_delta_ci95": list(c.pass_delta_ci95),
+                             "significant": c.significant}}
+        rows.append(row)
+        print(f"{c.policy} vs {c.versus}: cost {d.cost_delta_pct:+.1f}% [{d.cost_delta_ci95[0]:+.1f}, "
+              f"{d.cost_delta_ci95[1]:+.1f}], pass {d.pass_delta:+.3f} [{d.pass_delta_ci95[0]:+.3f}, "
+              f"{d.pass_delta_ci95[1]:+.3f}] judged by {args.model}; by the run's judge: cost "
+              f"{c.cost_delta_pct:+.1f}%, pass {c.pass_delta:+.3f}", flush=True)
+    policies: dict[str, Any] = {}
+    for label in labels:
+        rs = by[names[label]]
+        probes = [p for r in rs for p in r.probes]
+        policies[label] = {"pass_rate": sum(p.passed for p in probes) / max(1, len(probes)), "probes": len(probes),
+                           "cost_cents_mean": sum(r.cost_cents for r in rs) / max(1, len(rs)),
+                           "errors": sum(not r.ok for r in rs)}
+        print(f"  {label}: pass {policies[label]['pass_rate']:.3f} over {len(probes)} probes, cost "
+              f"{policies[label]['cost_cents_mean']:.4f}c", flush=True)
+    out = Path(args.out) if args.out else RESULTS / f"rejudge-{run.name}-{args.model}.json"
+    write_result(out, {"run": run.name, "judge": args.model, "dtype": args.dtype, "run_judge": config["model"]["name"],
+                       "tasks": [t.id for t in tasks], "eval": eval_config.as_dict(), "policies": policies,
+                       "comparisons": rows, "seconds": time.perf_counter() - t0,
+                       "command": "python -m bench.rejudge " + " ".join(argv or sys.argv[1:]),
+                       "per_task": [r.to_row() for r in results]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
