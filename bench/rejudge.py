@@ -4,7 +4,8 @@
 
 Reads ``RUN_DIR/headline.json`` (the evolved choice against each expert, chosen on train) and the
 run's config (suite, held-out tasks, scoring, rates, frame guard), evaluates every policy the
-headline names, and the full cache, on the run's held-out tasks with ``--model`` as the judge of
+headline names (the experts it compares with, the full cache among them when the config lists it)
+on the run's held-out tasks with ``--model`` as the judge of
 pass (its calibrated probe format), all policies of a task sharing its KV; then pairs each
 comparison over tasks with the project's bootstrap (``evals.paired``), beside the run's own
 figures from its judge. Writes ``bench/results/rejudge-<run>-<model>.json``.
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from bench import RESULTS, write_result
 from engine.engine import Engine
-from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.cache.evaluator import EvalConfig, TaskResult, evaluate
 from evals.cache.probes import probe_format_for
 from evals.paired import pair_results, paired_bootstrap
 from evals.tasks.selection import select_tasks
@@ -50,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{run}: no headline comparisons to judge again")
     data, ev = config["data"], config["eval"]
     tasks = select_tasks(load_suite(data["suite"], "heldout"), data["heldout_tasks"], offset=data["heldout_offset"])
-    ids = {"full": "full"} | {c.versus: c.versus_id for c in comparisons} | {c.policy: c.policy_id for c in comparisons}
+    ids = {c.versus: c.versus_id for c in comparisons} | {c.policy: c.policy_id for c in comparisons}
     labels = list(ids)
-    specs = [PolicySpec("full") if label == "full" else pick_spec(run, ids[label]) for label in labels]
+    specs = [pick_spec(run, ids[label]) for label in labels]
     eval_config = EvalConfig(rates=ev["rates"], scoring=ev["scoring"], probe=probe_format_for(args.model),
                              generate=ev["scoring"] == "generate", frame_guard=bool(ev.get("frame_guard")))
     print(f"judging {', '.join(labels)} on {len(tasks)} held-out tasks of {data['suite']} "
