@@ -69,10 +69,11 @@ class ProbeFormat:
 # the calibration, a search's ``eval.lead_in`` left unset): chosen by its calibration
 # (docs/results.md, "Judged by a model that can do the task"); others get ``ProbeFormat()``.
 MODEL_PROBE_FORMATS: dict[str, ProbeFormat] = {
-    # verbatim lead-in, no question turn, as for gemma: on one held-out task per family of default,
-    # horizon and mixed (34 probes, bfloat16) the full cache passed 33 by log-likelihood and 30 by
-    # greedy answer, the evidence dropped 2 and 0 (bench/results/calibration-*-qwen2.5-coder-1.5b.json)
-    "qwen2.5-coder-1.5b": ProbeFormat(lead_in="verbatim", ask_question=False),
+    # the verbatim lead-in after a question turn: on one held-out task per family of horizon and mixed
+    # (24 probes, bfloat16) the full cache passed 24 by log-likelihood and 23 by greedy answer with the
+    # question, 23 and 20 without it; the evidence dropped passed none either way
+    # (bench/results/calibration-{horizon,mixed}-heldout-qwen2.5-coder-1.5b[-question].json)
+    "qwen2.5-coder-1.5b": ProbeFormat(lead_in="verbatim", ask_question=True),
 }
 
 
