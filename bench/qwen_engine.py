@@ -227,13 +227,13 @@ def _memory_child(target_tokens: int) -> dict[str, Any]:
     load_s = time.perf_counter() - t
     rss_load = _rss_now()
     tasks = load_suite("mixed", "train")
-    sizes = [(abs(len(eng.render(task.messages).token_ids) - target_tokens), task) for task in tasks[:60]]
-    task = min(sizes, key=lambda s: s[0])[1]
+    sizes = [(len(eng.render(task.messages).token_ids), task) for task in tasks[:60]]
+    tokens, task = min(sizes, key=lambda s: abs(s[0] - target_tokens))
     replay_ = Replay(eng, EvalConfig(generate=False))
     t = time.perf_counter()
     result = replay_.evaluate(PolicySpec("full"), task)
     seconds = time.perf_counter() - t
-    return {"task": task.id, "tokens": len(eng.render(task.messages).token_ids), "probes": len(result.probes),
+    return {"task": task.id, "tokens": tokens, "probes": len(result.probes),
             "passed": sum(p.passed for p in result.probes), "load_s": load_s, "eval_s": seconds,
             "rss_after_load_gb": rss_load, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
 

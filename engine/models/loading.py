@@ -148,7 +148,7 @@ def _convert(spec: ModelSpec, root: Path, with_model: bool) -> None:
             return
         assert progress is not None
         progress.to("reading the tokenizer")
-        tokenizer_files = Path(tok_dir) if (tok_dir / "tokenizer.json").exists() else None
+        tokenizer_files = tok_dir if (tok_dir / "tokenizer.json").exists() else None
         if tokenizer_files is None:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         progress.to("dequantizing the GGUF to float32")
@@ -185,7 +185,7 @@ def cache_path(spec: ModelSpec, dtype: torch.dtype) -> Path:
     name = dtype_name(dtype)
     if name not in spec.cache_dtypes or name == spec.cache_dtypes[0]:
         return root / spec.name
-    return root / f"{spec.name}-{dtype_name(dtype)}"
+    return root / f"{spec.name}-{name}"
 
 
 def model_dir(spec: ModelSpec | str = DEFAULT_MODEL, dtype: torch.dtype = torch.float32,
@@ -199,7 +199,7 @@ def model_dir(spec: ModelSpec | str = DEFAULT_MODEL, dtype: torch.dtype = torch.
     """
     spec = spec if isinstance(spec, ModelSpec) else MODELS[spec]
     full = cache_path(spec, dtype)
-    if (full / "model.safetensors").exists() or (full / "model.safetensors.index.json").exists():
+    if _has_weights(full):
         return full
     root = full.parent
     tok_dir = root / f"{spec.name}-tokenizer"

@@ -74,7 +74,7 @@ PAGE_TOOL_SPECS: tuple[dict[str, Any], ...] = (
     {"type": "function", "function": {"name": "read_page", "description": "One page of the report and the next cursor.",
                                       "parameters": {"type": "object", "properties": {"cursor": {"type": "integer"}},
                                                      "required": ["cursor"]}}},
-    TOOL_SPECS[3],
+    *(s for s in TOOL_SPECS if s["function"]["name"] == "submit_answer"),
 )
 
 
@@ -264,7 +264,7 @@ def with_tool_specs(engine: Any, messages: list[dict[str, Any]], specs: Sequence
     specs (``chatml``: the request's ``tools``); as they are otherwise (the system prompt lists them)."""
     renderer = getattr(engine, "renderer", None)
     if renderer is not None and renderer.template.renders_tools:
-        return attach_tools(messages, [dict(s) for s in specs])
+        return attach_tools(messages, specs)
     return messages
 
 
@@ -296,22 +296,16 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
     specs = PAGE_TOOL_SPECS if paged else TOOL_SPECS
     if pages is not None:
         system = next((str(m["content"]) for m in task.messages if m.get("role") == "system"), PAGES_SYSTEM)
-        tools = ToolBox([
-            Tool("read_page", pages.read_page),
-            Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
-            Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are read_page, submit_answer"),
-        ])
+        own = [Tool("read_page", pages.read_page)]
     else:
         system = SYSTEM
         corpus = Corpus.from_task(task, p.after_message)
-        tools = ToolBox([
-            Tool("search", lambda a: corpus.search(str(a.get("query", "")))),
-            Tool("read", lambda a: corpus.read(str(a.get("doc_id", "")), config.read_chars)),
-            Tool("calculator", lambda a: calculate(str(a.get("expression", "")))),
-            Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
-            Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are search, read, calculator, "
-                                           "submit_answer"),
-        ])
+        own = [Tool("search", lambda a: corpus.search(str(a.get("query", "")))),
+               Tool("read", lambda a: corpus.read(str(a.get("doc_id", "")), config.read_chars)),
+               Tool("calculator", lambda a: calculate(str(a.get("expression", ""))))]
+    listed = ", ".join([*(t.name for t in own), "submit_answer"])
+    tools = ToolBox([*own, Tool("submit_answer", lambda a: "answer recorded", side_effect=True),
+                     Tool("invalid_call", lambda a: f"error: {a.get('problem')}; tools are {listed}")])
     name = session_name(policy_label, task, probe)
     t0 = time.perf_counter()
     if store.exists(name):
