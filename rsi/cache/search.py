@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from engine.errors import AKVError, show
 from engine.layout import Renderer
 from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
 from evals.cache.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
-from evals.cache.probes import ProbeFormat
+from evals.cache.probes import probe_format_for
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id
@@ -88,7 +88,8 @@ class Search:
         self.files.write("config.json", config.to_dict())
         self.files.write_state(self.state)
         self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
-                                      probe=ProbeFormat(lead_in=config.eval.lead_in), generate=config.eval.generate,
+                                      probe=replace(probe_format_for(config.model.name), lead_in=config.eval.lead_in),
+                                      generate=config.eval.generate,
                                       frame_guard=config.eval.frame_guard)
         self.model_id = config.model_id
         self._engine = engine  # an already loaded Engine for the local executor (tests, notebooks)
