@@ -34,7 +34,7 @@ from evals.tasks.selection import select_tasks
 from evals.tasks.storage import load_suite
 from rsi.cache.export import pick_spec
 from rsi.cache.headline import read_headline
-from rsi.rundir import read_json
+from rsi.rundir import RunDirError, read_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,17 +45,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     run = Path(args.run_dir)
-    config = read_json(run / "config.json")
-    comparisons = read_headline(run) or []
+    try:
+        config = read_json(run / "config.json")
+        comparisons = read_headline(run) or []
+    except RunDirError as err:
+        raise SystemExit(f"bench.rejudge: {err}") from None
     if not comparisons:
         raise SystemExit(f"{run}: no headline comparisons to judge again")
-    data, ev = config["data"], config["eval"]
-    tasks = select_tasks(load_suite(data["suite"], "heldout"), data["heldout_tasks"], offset=data["heldout_offset"])
+    try:
+        data, ev = config["data"], config["eval"]
+        suite, n, offset = data["suite"], int(data["heldout_tasks"]), int(data["heldout_offset"])
+        rates, scoring = ev["rates"], ev["scoring"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise SystemExit(f"bench.rejudge: {run / 'config.json'} is not a search config ({type(err).__name__}: "
+                         f"{err})") from None
+    tasks = select_tasks(load_suite(suite, "heldout"), n, offset=offset)
     ids = {c.versus: c.versus_id for c in comparisons} | {c.policy: c.policy_id for c in comparisons}
     labels = list(ids)
     specs = [pick_spec(run, ids[label]) for label in labels]
-    eval_config = EvalConfig(rates=ev["rates"], scoring=ev["scoring"], probe=probe_format_for(args.model),
-                             generate=ev["scoring"] == "generate", frame_guard=bool(ev.get("frame_guard")))
+    eval_config = EvalConfig(rates=rates, scoring=scoring, probe=probe_format_for(args.model),
+                             generate=scoring == "generate", frame_guard=bool(ev.get("frame_guard")))
     print(f"judging {', '.join(labels)} on {len(tasks)} held-out tasks of {data['suite']} "
           f"({tasks[0].id} .. {tasks[-1].id}) with {args.model} ({args.dtype})", flush=True)
     t0 = time.perf_counter()

@@ -106,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.tasks < 1 or args.pages < 2:
         p.error(f"--tasks must be >= 1 and --pages >= 2, got {args.tasks} and {args.pages}")
+    if Path(args.out).is_dir():
+        p.error(f"--out {args.out} is a directory; give a file name such as {Path(args.out) / 'live-pages.jsonl'}")
     path = save_jsonl(paged_suite(args.tasks, args.pages, args.seed), Path(args.out))
     print(f"wrote {args.tasks} tasks of {args.pages} pages to {path}")
     return 0

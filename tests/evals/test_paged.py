@@ -73,3 +73,16 @@ def test_a_resumed_episode_still_refuses_pages_read_before_the_crash(tmp_path):
     second = ScriptedModel([read(0), "done"])
     r2 = run_episode(second, None, "full", task, 0, store)
     assert "already read" in second.calls[-1][0][-1]["content"] and r2.answer == "done"
+
+
+def test_the_generator_refuses_bad_arguments_in_one_line(tmp_path, capsys):
+    from evals.tasks.paged import main
+
+    for argv in (["--out", str(tmp_path)], ["--out", str(tmp_path / "a.jsonl"), "--pages", "1"],
+                 ["--out", str(tmp_path / "a.jsonl"), "--tasks", "0"]):
+        with pytest.raises(SystemExit) as err:
+            main(argv)
+        assert err.value.code == 2
+    assert "is a directory" in capsys.readouterr().err and not (tmp_path / "a.jsonl").exists()
+    assert main(["--out", str(tmp_path / "b.jsonl"), "--tasks", "2", "--pages", "3"]) == 0
+    assert len((tmp_path / "b.jsonl").read_text().splitlines()) == 2
