@@ -104,6 +104,9 @@ class ProposerConfig:
         timeout_s: per LLM call.
         candidates: structures the synthesis proposer makes (and screens) per proposal.
         inner: zero-forward edit steps the synthesis proposer chains per proposal (1: one operator).
+        prompt: the LLM proposer's prompt: ``full`` (the policy API, rich feedback, whole programs or
+            SEARCH/REPLACE edits) or ``short`` (for weak models: a short API, a worked example, the parent's
+            code and one concrete change to make, whole programs only; ``rsi.proposers.llm.SHORT_VARIANTS``).
     """
 
     kind: str = "mutation"
@@ -122,6 +125,7 @@ class ProposerConfig:
     timeout_s: float = 120.0
     candidates: int = 6
     inner: int = 1
+    prompt: str = "full"
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,7 @@ class SearchConfig:
     def __post_init__(self) -> None:
         checks = [
             (self.proposer.kind in PROPOSERS, "proposer.kind", self.proposer.kind, ", ".join(PROPOSERS)),
+            (self.proposer.prompt in ("full", "short"), "proposer.prompt", self.proposer.prompt, "full or short"),
             (_count(self.proposer.candidates), "proposer.candidates", self.proposer.candidates, "an integer >= 1"),
             (_count(self.proposer.inner) and self.proposer.inner <= 8, "proposer.inner", self.proposer.inner,
              "an integer in [1, 8]"),

@@ -3,7 +3,7 @@
 Public surface (outside checks rely on these names)::
 
     from search_spaces import get_policy, check_program
-    p = get_policy("rolling_drop", keep_tool_responses=12)   # or full, thinking_drop, scored_drop,
+    p = get_policy("rolling_drop", keep_tool_responses=12)   # or full, thinking_drop, scored_drop, read_drop,
                                                              # standard, text_engineering, trim
     d = p.decide(messages)        # {"drop_message": {"7": [3]}, "reposition": []}
     r = check_program(source)     # r.ok, r.reason (one line), r.sha256

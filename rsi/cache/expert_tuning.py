@@ -6,6 +6,8 @@ What is tuned (everything else keeps the configured value):
 - ``rolling_drop``: K (``keep_tool_responses``), an integer in [1, 32] (widened to hold the fixed K).
 - ``standard``, ``text_engineering``: ``window``, an integer on a log scale in
   [fixed / 8, fixed x 4] (the summarizing threshold is the family's ratio times the window).
+- ``read_drop`` (the hand rule): its whole declared space (``read_after``, ``min_tokens``,
+  ``supersede``), as a seed program is tuned.
 
 One multi-objective Optuna study per family (cost down, pass rate up) with the config's sampler
 and ``optuna.trials`` trials, the same trial budget as an evolved program; the fixed setting is
@@ -31,10 +33,11 @@ import optuna
 from evals.cache.evaluator import PolicySpec, TaskResult
 from rsi.metrics import Metrics, aggregate
 from rsi.tuning import make_sampler, study_seed
-from search_spaces import get_policy
+from search_spaces import get_family, get_policy
 
-TUNED = {"rolling_drop": "keep_tool_responses", "standard": "window", "text_engineering": "window"}
-"""Family -> the parameter a tuned expert tunes."""
+TUNED: dict[str, str | None] = {"rolling_drop": "keep_tool_responses", "standard": "window",
+                                "text_engineering": "window", "read_drop": None}
+"""Family -> the parameter a tuned expert tunes (``None``: every parameter of the family's space)."""
 
 
 class ExpertTrialFailed(Exception):
@@ -62,6 +65,17 @@ class TunedExpert:
     def label(self) -> str:
         return f"expert:{self.family} (tuned)"
 
+    @property
+    def tuned(self) -> str:
+        """What was tuned, in words: ``keep_tool_responses`` or ``its whole space``."""
+        return TUNED[self.family] or "its whole space"
+
+    def setting(self) -> str:
+        """The chosen values of what was tuned (``name=value``, comma-separated)."""
+        chosen = self.fixed | (self.best.params if self.best is not None else {})
+        names = [TUNED[self.family]] if TUNED[self.family] else sorted(self.fixed)
+        return ", ".join(f"{n}={chosen.get(n)}" for n in names)
+
 
 def tunable(spec: PolicySpec) -> bool:
     return spec.name in TUNED and spec.source is None
@@ -75,8 +89,16 @@ def fixed_params(spec: PolicySpec) -> dict[str, Any]:
 def space(spec: PolicySpec) -> Callable[[Any], dict[str, Any]]:
     """The tuned expert's Optuna space: ``spec``'s parameters with its family's one setting drawn."""
     name = TUNED[spec.name]
-    fixed = int(fixed_params(spec)[name])
     base = dict(spec.params)
+    if name is None:
+        family_space, fixed_all = get_family(spec.name).space, fixed_params(spec)
+
+        def draw_all(trial: Any) -> dict[str, Any]:
+            params = family_space(trial)
+            return dict(base) if params == fixed_all else base | params
+
+        return draw_all
+    fixed = int(fixed_params(spec)[name])
     if spec.name == "rolling_drop":
         lo, hi, log = min(1, fixed), max(32, fixed), False
     else:
@@ -118,7 +140,7 @@ def tune_expert(spec: PolicySpec, *, study_name: str, storage: Any, sampler: str
     study = optuna.create_study(study_name=study_name, storage=storage, directions=["minimize", "maximize"],
                                 sampler=make_sampler(sampler, study_seed(seed, f"expert-tuned:{spec.name}")))
     name = TUNED[spec.name]
-    study.enqueue_trial({name: int(fixed_params(spec)[name])})
+    study.enqueue_trial(fixed_params(spec) if name is None else {name: int(fixed_params(spec)[name])})
     trials: dict[int, ExpertTrial] = {}
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:

@@ -33,7 +33,7 @@ from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.cache.executors.base import EvalRequest, Executor
-from rsi.cache.expert_tuning import TUNED, tunable, tune_expert
+from rsi.cache.expert_tuning import tunable, tune_expert
 from rsi.cache.fingerprint import behaviour
 from rsi.cache.headline import TrainMatch, build_headline, heldout_targets, write_headline
 from rsi.cache.hindsight import Hindsight, build_hindsight
@@ -408,14 +408,13 @@ class Search:
             c = Candidate(candidate_id(f"{spec.name}:tuned", tuned.best.params), spec.name, tuned.label,
                           tuned.best.params, 0, proposer="expert-tuned", train=tuned.best.train,
                           heldout=aggregate(held), expert=True, spec=spec.name,
-                          reason=f"tuned {TUNED[spec.name]} on train with {len(tuned.trials)} trials")
+                          reason=f"tuned {tuned.tuned} on train with {len(tuned.trials)} trials")
             self.archive.add(c)
             self.tracker.candidate(c, None, self.evaluate(best, self.train) + held)
             m_held = aggregate(held)
             self._say(f"  expert {tuned.label:44s} train pass {tuned.best.train.pass_rate:.3f} cost "
                       f"{tuned.best.train.cost_cents_mean:.4f}c | held-out pass {m_held.pass_rate:.3f} cost "
-                      f"{m_held.cost_cents_mean:.4f}c ({TUNED[spec.name]}="
-                      f"{tuned.best.params.get(TUNED[spec.name], tuned.fixed[TUNED[spec.name]])})")
+                      f"{m_held.cost_cents_mean:.4f}c ({tuned.setting()})")
 
     def _make_proxy(self) -> ProxyReplay:
         """The cascade's zero-forward fidelity: the two model controls on train (``full`` and

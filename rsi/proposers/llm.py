@@ -67,6 +67,69 @@ VARIANTS: dict[str, str] = {
 """Prompt variants: the line appended to the prompt for each (``fragment`` also shows a rule's source)."""
 PREFIX = "llm:"
 
+SHORT_SYSTEM = ("You edit small Python programs. Reply with the whole new program in one ```python block and "
+                "nothing else.")
+SHORT_API = """A policy program decides which earlier messages of an agent's conversation the model stops reading.
+decide(request, params) returns request.plan() after calls to plan.drop(t, ids): after message t, the messages
+ids (each <= t) are no longer read. Decide each t from messages up to t only, and drop a message at most once.
+What a program can read: request.messages (each m has m.index, m.role, m.is_tool, m.is_assistant, m.is_user),
+request.tokens[i] (tokens of message i), request.calls_before(i) (assistant messages before message i),
+request.superseded_by(i) (a later tool message answering the same call as tool message i, or -1),
+request.mentioned_by(i) (ids of later user or assistant messages naming a fact of message i, oldest first).
+DEFAULTS lists every parameter and its default; space(trial) draws each one with trial.suggest_int(name, low,
+high, log=False) or trial.suggest_categorical(name, choices). Allowed modules: math, re, statistics only."""
+SHORT_FORMAT = "Answer with the whole program in one ```python block."
+SHORT_EXAMPLE_PARENT = '''DEFAULTS = {"keep": 8}
+
+
+def decide(request, params):
+    plan = request.plan()
+    tools = []
+    for m in request.messages:
+        if m.is_tool:
+            tools.append(m.index)
+            if len(tools) > params["keep"]:
+                plan.drop(m.index, [tools.pop(0)])
+    return plan
+
+
+def space(trial):
+    return {"keep": trial.suggest_int("keep", 1, 32)}
+'''
+SHORT_EXAMPLE_CHANGE = "Drop only tool messages with at least min_tokens tokens."
+SHORT_EXAMPLE_CHILD = '''DEFAULTS = {"keep": 8, "min_tokens": 200}
+
+
+def decide(request, params):
+    plan = request.plan()
+    tools = []
+    for m in request.messages:
+        if m.is_tool:
+            tools.append(m.index)
+            if len(tools) > params["keep"]:
+                old = tools.pop(0)
+                if request.tokens[old] >= params["min_tokens"]:
+                    plan.drop(m.index, [old])
+    return plan
+
+
+def space(trial):
+    return {"keep": trial.suggest_int("keep", 1, 32),
+            "min_tokens": trial.suggest_int("min_tokens", 8, 4096, log=True)}
+'''
+SHORT_VARIANTS: dict[str, str] = {
+    "length": "Drop only messages with at least min_tokens tokens (keep short ones); add min_tokens to DEFAULTS and "
+              "to space() as trial.suggest_int(\"min_tokens\", 8, 4096, log=True).",
+    "mentioned": "Never drop a tool message i that a later user or assistant message up to t mentions "
+                 "(any id j <= t in request.mentioned_by(i)).",
+    "stale": "Also drop a tool message i at t as soon as a later tool message answers the same call "
+             "(0 <= request.superseded_by(i) <= t).",
+    "assistant": "Also drop assistant messages older than the newest keep_turns assistant messages; add keep_turns "
+                 "to DEFAULTS and to space() as trial.suggest_int(\"keep_turns\", 1, 16).",
+    "task": "Never drop the first user message (the task), whatever the other rules say.",
+}
+"""The short prompt's variants (``proposer.prompt: short``): one concrete change each, for weak models."""
+
 _BLOCK = re.compile(r"<<<<<<< SEARCH\n(.*?)\n=======\n(.*?)\n>>>>>>> REPLACE", re.DOTALL)
 _CODE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
 
@@ -179,6 +242,9 @@ class LLMProposer(Proposer):
         self.dir = run_dir / "proposer"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.instructions = self.default_instructions
+        self.format = FORMAT
+        if cfg.prompt == "short":
+            self.variants, self.instructions, self.format = SHORT_VARIANTS, SHORT_SYSTEM, SHORT_FORMAT
         self.generation = 0
         self.log_path = self.dir / "calls.jsonl"
         self.bandit: UCB1 | None = None  # the last generation's variant bandit (for inspection)
@@ -208,7 +274,10 @@ class LLMProposer(Proposer):
                rng: random.Random | None = None) -> list[dict[str, str]]:
         """The messages for one proposal from ``parent`` with prompt ``variant`` (:data:`VARIANTS`);
         with ``archive``, also the parent's per-family pass-rate change against its own first parent
-        and its children's failures. ``rng`` picks the ``fragment`` variant's rule."""
+        and its children's failures. ``rng`` picks the ``fragment`` variant's rule. With
+        ``proposer.prompt: short``, :meth:`short_prompt` instead."""
+        if self.cfg.prompt == "short":
+            return self.short_prompt(parent, variant)
         c = parent.candidate
         fb = parent.feedback
         train = fb.get("train") or {}
@@ -233,6 +302,19 @@ class LLMProposer(Proposer):
         if variant == "fragment":
             lines += _fragment_lines(parent.source, rng or random.Random(0))
         user = "\n".join([api_doc(), "", *lines, "", FORMAT])
+        return [{"role": "system", "content": self.instructions}, {"role": "user", "content": user}]
+
+    def short_prompt(self, parent: ParentView, variant: str) -> list[dict[str, str]]:
+        """The prompt for weak models: a short API, one worked example, the parent's own code with its
+        train pass rate and cost, and the one concrete change of ``variant`` (:data:`SHORT_VARIANTS`)."""
+        train = parent.feedback.get("train") or {}
+        user = "\n".join([
+            SHORT_API, "", "Example. Program:", "```python", SHORT_EXAMPLE_PARENT.rstrip(), "```",
+            f"Change: {SHORT_EXAMPLE_CHANGE}", "Answer:", "```python", SHORT_EXAMPLE_CHILD.rstrip(), "```", "",
+            f"Your task. Program (train pass rate {train.get('pass_rate', float('nan')):.3f}, cost "
+            f"{train.get('cost_cents_mean', float('nan')):.4f} cents per task; its parameters are tuned after your "
+            "change):", "```python", parent.source.rstrip(), "```", f"Change: {self.variants[variant]}",
+            "Answer with the whole new program."])
         return [{"role": "system", "content": self.instructions}, {"role": "user", "content": user}]
 
     # ---------------------------------------------------------------- proposing
@@ -285,7 +367,7 @@ class LLMProposer(Proposer):
         self.stats.attempts += 1
         if problem is not None:
             retry = [*messages, {"role": "assistant", "content": reply},
-                     {"role": "user", "content": f"That program was refused: {problem}\nFix it. {FORMAT}"}]
+                     {"role": "user", "content": f"That program was refused: {problem}\nFix it. {self.format}"}]
             source, note = apply_reply(self._call(retry), parent.source)
             problem = self._problem(source)
             note = f"{note} (after one retry)"

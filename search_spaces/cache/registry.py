@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.cache.families import fixed, full, rolling, scored, text, thinking
+from search_spaces.cache.families import fixed, full, read_drop, rolling, scored, text, thinking
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.request import PolicyKind
 from search_spaces.lookup import Registry
@@ -54,6 +54,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "drop the reasoning of earlier assistant turns"),
     Family("scored_drop", PolicyKind.CACHE, scored.ScoredDrop, scored.space, "scored_drop",
            "drop the lowest-scoring messages over a KV budget"),
+    Family("read_drop", PolicyKind.CACHE, read_drop.ReadDrop, read_drop.space, "read_drop",
+           "hand rule: drop tool output once read (above a length) and stale re-reads"),
     Family("standard", PolicyKind.TEXT, _summarize("standard"), text.summary_space, None,
            "summarize at 0.75 x window (baseline)"),
     Family("text_engineering", PolicyKind.TEXT, _summarize("text_engineering"), text.summary_space, None,

@@ -123,6 +123,17 @@ def test_the_expert_spaces_tune_one_setting_and_keep_the_rest():
     assert (dist.low, dist.high, dist.log) == (256, 8192, True) and 256 <= params["window"] <= 8192
 
 
+def test_the_hand_rule_is_tuned_over_its_whole_space():
+    hand = PolicySpec("read_drop", {})
+    fixed = {"read_after": 1, "min_tokens": 256, "supersede": True}
+    assert space(hand)(optuna.trial.FixedTrial(fixed)) == {}  # the fixed setting: the fixed expert's own params
+    other = {"read_after": 3, "min_tokens": 900, "supersede": False}
+    assert space(hand)(optuna.trial.FixedTrial(other)) == other
+    study = optuna.create_study()
+    space(hand)(study.ask())
+    assert set(study.trials[0].distributions) == set(fixed)
+
+
 # ----------------------------------------------------------------- headline rows
 
 

@@ -152,3 +152,34 @@ def test_prompt_variants_are_chosen_by_a_bandit_over_their_offspring(tmp_path, t
     assert rows[(1, "llm:refine")]["valid_rate"] == 1.0 and rows[(1, "llm:repair")]["valid_rate"] == 0.0
     stats = json.loads((run / "proposer_stats.json").read_text())["operators"]
     assert stats["refine"]["valid"] >= 1 and stats["repair"]["attempts"] >= 1 and stats["repair"]["valid"] == 0
+
+
+def test_the_short_prompt_for_weak_models(tmp_path, tiny_plain):
+    # proposer.prompt: short: a short API, a worked example, the parent's code and one concrete change;
+    # whole programs only (the retry asks for one), proposals recorded per change.
+    from rsi.proposers.llm import SHORT_EXAMPLE_CHILD, SHORT_VARIANTS
+
+    seen: list[dict] = []
+    with ServerThread(scripted_app(iter([BROKEN, f"```python\n{GOOD}```", f"```python\n{GOOD}```"]), seen)) as srv:
+        cfg = tiny_config(proposer={"kind": "llm", "base_url": srv.base_url + "/v1", "model": "scripted",
+                                    "per_generation": 2, "prompt": "short"})
+        run = tmp_path / "short"
+        Search(cfg, run, engine=tiny_plain).run()
+    first = seen[0]["messages"]
+    assert "whole new program" in first[0]["content"]
+    user = first[-1]["content"]
+    assert "## The schedule you return" not in user  # not the 7,700-character API doc
+    assert len(user) < len(seed_source("rolling_drop")) + 3000
+    assert SHORT_EXAMPLE_CHILD.strip() in user and seed_source("rolling_drop").strip() in user
+    change = user.rsplit("Change: ", 1)[1].split("\n")[0]
+    assert change in SHORT_VARIANTS.values()
+    assert "SEARCH/REPLACE" not in seen[1]["messages"][-1]["content"]  # the retry asks for a whole program
+    llm = [c for c in Archive.load(run / "archive.json").candidates if c.proposer.startswith("llm:")]
+    assert llm and {c.proposer.removeprefix("llm:") for c in llm} <= set(SHORT_VARIANTS)
+
+
+def test_an_unknown_prompt_kind_is_refused_by_name():
+    from rsi.config import ConfigError
+
+    with pytest.raises(ConfigError, match="proposer.prompt.*full or short"):
+        tiny_config(proposer={"kind": "llm", "base_url": "http://x/v1", "model": "m", "prompt": "tiny"})

@@ -12,7 +12,7 @@ from pathlib import Path
 from search_spaces.errors import UnknownPolicyError
 
 SEED_DIR = Path(__file__).resolve().parent
-SEEDS = ("full", "rolling_drop", "thinking_drop", "scored_drop")
+SEEDS = ("full", "rolling_drop", "thinking_drop", "scored_drop", "read_drop")
 
 
 def seed_source(name: str) -> str:
