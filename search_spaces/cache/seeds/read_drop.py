@@ -16,7 +16,8 @@ def decide(request, params):
         turns = request.calls_before(t + 1)
         gone = []
         for i in attended:
-            read = request.tokens[i] >= params["min_tokens"] and turns - request.calls_before(i + 1) >= params["read_after"]
+            long_read = turns - request.calls_before(i + 1) >= params["read_after"]
+            read = long_read and request.tokens[i] >= params["min_tokens"]
             stale = params["supersede"] and 0 <= request.superseded_by(i) <= t
             if read or stale:
                 gone.append(i)
