@@ -60,6 +60,8 @@ class Record(Generic[M]):
         status, reason: ``ok``, or why it has no score.
         expert: a reference policy, not an evolved one.
         spec: how to rebuild the policy (family name, or ``program``).
+        size: the program's size in AST nodes (0: a built-in family, or not recorded); the
+            tie-breaker between candidates of equal train cost and pass (``rsi.cache.protocol``).
     """
 
     id: str
@@ -75,6 +77,7 @@ class Record(Generic[M]):
     reason: str = ""
     expert: bool = False
     spec: str = "program"
+    size: int = 0
 
     @classmethod
     def _metrics(cls, d: dict[str, Any]) -> M:
@@ -92,6 +95,7 @@ class Record(Generic[M]):
             "train": self.train.to_dict() if self.train else None,
             "heldout": self.heldout.to_dict() if self.heldout else None,
             "status": self.status.value, "reason": self.reason, "expert": self.expert, "spec": self.spec,
+            "size": self.size,
         }
 
     @classmethod
@@ -99,7 +103,7 @@ class Record(Generic[M]):
         return cls(d["id"], d["program"], d["label"], dict(d["params"]), int(d["generation"]), tuple(d["parents"]),
                    d["proposer"], cls._metrics(d["train"]) if d["train"] else None,
                    cls._metrics(d["heldout"]) if d["heldout"] else None, Status(d["status"]), d["reason"],
-                   bool(d["expert"]), d.get("spec", "program"))
+                   bool(d["expert"]), d.get("spec", "program"), int(d.get("size", 0)))
 
 
 @dataclass(frozen=True)

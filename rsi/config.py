@@ -29,7 +29,9 @@ class ConfigError(AKVError):
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-PROPOSERS = ("mutation", "synthesis", "llm", "none")
+PROPOSERS = ("mutation", "synthesis", "llm", "none", "random", "hillclimb")
+ARMS = ("tuning-only", "random", "hillclimb")
+"""Baseline arms a search can run beside its generations (``SearchConfig.ablation``)."""
 
 
 @dataclass(frozen=True)
@@ -262,9 +264,11 @@ class SearchConfig:
             summarizing baselines' window) on train with ``optuna.trials`` trials, and report the
             tuned setting beside the fixed one (``rsi.cache.expert_tuning``).
         bootstrap_samples: resamples of the paired bootstrap behind ``headline.json`` (``evals.paired``).
-        ablation: after the generations, run the tuning-only arm (``rsi.cache.ablation``): the seed programs
-            tuned again with the model evaluations the generations spent; its choice joins the
-            headline as ``tuning-only``.
+        ablation: after the generations, run baseline arms at the generations' model-evaluation budget
+            (``rsi.cache.ablation``): ``true`` is ``[tuning-only]`` (the seed programs tuned again), or a
+            list of :data:`ARMS` (``random``: independent programs from the synthesis grammar,
+            ``hillclimb``: (1+1) hill climbing over it; ``rsi.cache.baselines``). Each arm's choice joins
+            the headline under the arm's name.
     """
 
     name: str = "akv-search"
@@ -277,7 +281,7 @@ class SearchConfig:
     tracking_uri: str = ""
     tune_experts: bool = True
     bootstrap_samples: int = 2000
-    ablation: bool = False
+    ablation: bool | tuple[str, ...] = False
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     eval: EvalSettings = field(default_factory=EvalSettings)
@@ -286,6 +290,13 @@ class SearchConfig:
     cascade: CascadeConfig = field(default_factory=CascadeConfig)
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     oracle: OracleSettings = field(default_factory=OracleSettings)
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The baseline arms ``ablation`` asks for, in order (``true``: the tuning-only arm)."""
+        if isinstance(self.ablation, bool):
+            return ("tuning-only",) if self.ablation else ()
+        return tuple(self.ablation)
 
     def __post_init__(self) -> None:
         checks = [
@@ -301,7 +312,9 @@ class SearchConfig:
             (_count(self.oracle.bound_budget, 0), "oracle.bound_budget", self.oracle.bound_budget, "an integer >= 0"),
             (_count(self.oracle.single_budget, 0), "oracle.single_budget", self.oracle.single_budget,
              "an integer >= 0"),
-            (isinstance(self.ablation, bool), "ablation", self.ablation, "true or false"),
+            (isinstance(self.ablation, bool) or (isinstance(self.ablation, tuple) and len(set(self.ablation)) == len(
+                self.ablation) and all(a in ARMS for a in self.ablation)), "ablation", self.ablation,
+             "true, false or a list of distinct arms from " + ", ".join(ARMS)),
             (not self.ablation or self.proposer.kind != "none", "ablation", self.ablation,
              "false when proposer.kind is none (the search is the tuning-only arm already)"),
             (self.optuna.sampler in ("tpe", "nsga2"), "optuna.sampler", self.optuna.sampler, "tpe or nsga2"),

@@ -111,17 +111,29 @@ def run_arm(track: Track, seeds: Sequence[str], seed_source: Callable[[str], str
     """The tuning-only arm: the seed programs tuned again (``TuningOnly``), round by round, into
     ``archive``, until ``spent()`` reaches ``budget`` (or :data:`MAX_ARM_ROUNDS_FACTOR` times the
     track's generations); returns the rounds run. Candidates are labelled ``t<round>-p<i>``."""
-    proposer = TuningOnly(seeds, seed_source)
+    return run_proposer_arm(track, TuningOnly(seeds, seed_source), ARM, "t", archive, budget, spent)
+
+
+def run_proposer_arm(track: Track, proposer: Proposer, name: str, tag: str, archive: Any, budget: int,
+                     spent: Callable[[], int]) -> int:
+    """An arm of ``proposer`` (which reads no parents: it draws programs, or takes its parent from
+    ``archive``), round by round into ``archive`` until ``spent()`` reaches ``budget`` (or
+    :data:`MAX_ARM_ROUNDS_FACTOR` times the track's generations, or a round that proposes nothing);
+    returns the rounds run. Candidates are labelled ``<tag><round>-p<i>``, recorded as ``name``."""
     rounds = 0
+    seen = set(track.seen)
     with arm_archive(track, archive):
         while spent() < budget and rounds < MAX_ARM_ROUNDS_FACTOR * max(1, track.generations):
             rounds += 1
-            rng = random.Random(f"{track.seed}-tuning-{rounds}")
-            for i, p in enumerate(proposer.propose([], archive, track.per_generation, rng, set())):
-                track.tune_program(p.source, f"t{rounds}-p{i}", rounds, (), ARM, p.note)
+            rng = random.Random(f"{track.seed}-{name if name != ARM else 'tuning'}-{rounds}")
+            proposals = proposer.propose([], archive, track.per_generation, rng, seen)
+            if not proposals:
+                break
+            for i, p in enumerate(proposals):
+                track.tune_program(p.source, f"{tag}{rounds}-p{i}", rounds, p.parents, name, p.note)
                 if spent() >= budget:
                     break
     return rounds
 
 
-__all__ = ["ARM", "Track", "admit", "arm_archive", "generation", "run_arm"]
+__all__ = ["ARM", "Track", "admit", "arm_archive", "generation", "run_arm", "run_proposer_arm"]

@@ -73,7 +73,8 @@ class TunedExpert:
     def setting(self) -> str:
         """The chosen values of what was tuned (``name=value``, comma-separated)."""
         chosen = self.fixed | (self.best.params if self.best is not None else {})
-        names = [TUNED[self.family]] if TUNED[self.family] else sorted(self.fixed)
+        one = TUNED[self.family]
+        names = [one] if one else sorted(self.fixed)
         return ", ".join(f"{n}={chosen.get(n)}" for n in names)
 
 

@@ -17,7 +17,7 @@ at least 5 tasks were paired.
 
 Which evolved policy (per expert) is chosen on train, never on held-out (choosing on the split
 that is then reported would flatter it): among evolved candidates with a held-out result, the
-cheapest on train (train mean cost, then label) that *matches* the expert on train (``matched_pass``
+cheapest on train (train mean cost, then program size, then label) that *matches* the expert on train (``matched_pass``
 true); when none does, the one with the highest train pass rate, then the lowest cost
 (``matched_pass`` false: nothing matched the expert's accuracy). Matching (:class:`TrainMatch`) is
 the held-out significance rule applied to train: a train pass rate at least the expert's, and the
@@ -124,15 +124,16 @@ class TrainMatch:
 def choose_on_train(candidates: Sequence[Candidate], versus: Candidate,
                     match: TrainMatch) -> tuple[Candidate, bool] | None:
     """The cheapest of ``candidates`` on train that ``match``es ``versus`` (and ``True``), else the
-    most accurate on train (and ``False``); ``None`` when there is nothing to choose from."""
+    most accurate on train (and ``False``); ``None`` when there is nothing to choose from. Equal
+    train cost and pass: the smaller program (``Candidate.size``), then the label."""
     scored = [c for c in candidates if c.train is not None and c.train.ok]
     if not scored or versus.train is None or not versus.train.ok:
         return None
-    by_cost = sorted(scored, key=lambda c: (c.point[0], c.label, c.id))
+    by_cost = sorted(scored, key=lambda c: (c.point[0], c.size, c.label, c.id))  # (equal cost: the smaller program)
     matched = next((c for c in by_cost if match(c, versus)), None)
     if matched is not None:
         return matched, True
-    return min(scored, key=lambda c: (-c.point[1], c.point[0], c.label, c.id)), False
+    return min(scored, key=lambda c: (-c.point[1], c.point[0], c.size, c.label, c.id)), False
 
 
 def pick_policy(evolved: Sequence[Candidate], versus: Candidate, match: TrainMatch) -> tuple[Candidate, bool] | None:
@@ -147,7 +148,7 @@ def heldout_targets(front: Sequence[Candidate], experts: Sequence[Candidate], be
                     match: TrainMatch) -> list[Candidate]:
     """The front members a generation evaluates on held-out: the ``best`` most accurate on train,
     then each expert's match on train (:func:`choose_on_train`), each once, in that order."""
-    chosen = sorted(front, key=lambda c: (-c.point[1], c.point[0], c.id))[:best]
+    chosen = sorted(front, key=lambda c: (-c.point[1], c.point[0], c.size, c.id))[:best]
     for versus in experts:
         picked = choose_on_train(front, versus, match)
         if picked is not None and picked[0] not in chosen:

@@ -47,7 +47,7 @@ def tuned_seed(search: Search) -> Candidate | None:
     seeds = [c for c in search.archive.scored() if c.generation == 0 and c.proposer == "seed"]
     if full is None or not seeds:
         return None
-    picked = choose_on_train(seeds, full, TrainMatch(search._train_results, search.config.bootstrap_samples,
+    picked = choose_on_train(seeds, full, TrainMatch(search.train_results, search.config.bootstrap_samples,
                                                      search.config.seed))
     return picked[0] if picked else None
 
@@ -73,11 +73,11 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
     search.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget + 1))  # (at most; not in the plan)
     h = measure_headroom(tasks, judge, search._dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
                          bound_budget=o.bound_budget, single_budget=o.single_budget,
-                         on_task=lambda t: search._say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
+                         on_task=lambda t: search.say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
                                                        f"{t.oracle.cost_cents:.4f}c ({t.oracle.method}), rolling per "
                                                        f"task {t.rolling.result.cost_cents:.4f}c"))
     seed = tuned_seed(search)
-    match = TrainMatch(search._train_results, cfg.bootstrap_samples, cfg.seed)
+    match = TrainMatch(search.train_results, cfg.bootstrap_samples, cfg.seed)
     evolved = None
     if seed is not None:
         picked = choose_on_train(search.archive.scored(), seed, match)
@@ -116,11 +116,11 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
     }
     search.files.write(HEADROOM_FILE, {"summary": summary, **h.to_dict(samples, bseed)})
     if share is not None:
-        search._say(f"headroom on {len(tasks)} held-out tasks: tuned seed {costs['tuned_seed']:.3f}c, evolved "
+        search.say(f"headroom on {len(tasks)} held-out tasks: tuned seed {costs['tuned_seed']:.3f}c, evolved "
                     f"{costs['evolved']:.3f}c, oracle {costs['oracle']:.3f}c: {100 * share:.0f}% of the headroom "
                     "captured")
     if table_share is not None:
-        search._say(f"  rule table (role, tool, length; hindsight) {costs['rule_table']:.3f}c: "
+        search.say(f"  rule table (role, tool, length; hindsight) {costs['rule_table']:.3f}c: "
                     f"{100 * table_share:.0f}% of the tuned seed's gap to it captured")
     return summary
 

@@ -1,9 +1,10 @@
 """Progress of a search: evaluations done out of those the config implies, with an ETA.
 
-The plan (:func:`plan_evaluations`) counts what the config asks for: every expert on both
-splits, every program (seeds, imported front, ``per_generation`` proposals per generation)
-tuned with ``trials`` trials on every train task, and up to ``heldout_front`` front members plus
-one match per expert (``rsi.cache.headline.heldout_targets``) on the held-out split per generation. It
+The plan (:func:`plan_evaluations`) counts what the config asks for: every expert on train,
+every program (seeds, imported front, ``per_generation`` proposals per generation) tuned with
+``trials`` trials on every train task, and, once the picks are frozen (``rsi.cache.protocol``), the
+held-out split for each expert (fixed and tuned), each baseline arm's choice, up to
+``heldout_front`` front members and one match per comparator (``rsi.cache.headline.heldout_targets``). It
 is an upper bound: a pruned trial stops after the fidelity tasks, a refused program runs nothing,
 a trial may repeat parameters. The loop settles each unit (:meth:`SearchProgress.unit`) when it
 ends, so the total shrinks to what actually ran and the bar ends full.
@@ -37,25 +38,22 @@ class EvalPlan:
     experts: int
     per_program: int
     programs: int
-    per_heldout_close: int
-    heldout_closes: int
+    heldout: int
     check: int = 0
 
     @property
     def total(self) -> int:
-        return (self.experts + self.per_program * self.programs + self.per_heldout_close * self.heldout_closes
-                + self.check)
+        return self.experts + self.per_program * self.programs + self.heldout + self.check
 
 
 def plan_evaluations(config: SearchConfig, n_train: int, n_heldout: int) -> EvalPlan:
     """The plan for ``config`` with ``n_train`` / ``n_heldout`` tasks per split (imported programs
     of ``seed_from`` are added by the loop when it has read them)."""
     return EvalPlan(
-        experts=len(config.experts) * (n_train + n_heldout),
+        experts=len(config.experts) * n_train,
         per_program=(config.cascade.promote if config.cascade.enabled else config.optuna.trials) * n_train,
         programs=len(config.seeds) + config.generations * config.proposer.per_generation,
-        per_heldout_close=(config.heldout_front + len(config.experts)) * n_heldout,
-        heldout_closes=config.generations + 1,
+        heldout=(config.heldout_front + 2 * (len(config.experts) + len(config.arms))) * n_heldout,
         check=config.cascade.check * n_train if config.cascade.enabled else 0,
     )
 

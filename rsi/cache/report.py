@@ -160,12 +160,19 @@ def _headroom_section(run: Path, headroom: dict[str, Any] | None) -> str:
     ablation = run / "ablation.json"
     if ablation.exists():
         a = json.loads(ablation.read_text())
-        choice = a.get("choice") or {}
-        parts.append(f"<h2>Ablation: tuning only</h2><p>The seed programs tuned again with the model evaluations "
-                     f"the generations spent: {a.get('spent_train_evaluations')} train policy-task evaluations in "
-                     f"{a.get('rounds')} rounds, against the generations' {a.get('budget_train_evaluations')}. Its "
-                     f"choice on train, {html.escape(str(choice.get('reason', 'none')))}, is the headline's "
-                     "'tuning-only' comparison.</p>")
+        arms = a.get("arms") or [a | {"arm": "tuning-only"}]
+        rows = []
+        for arm in arms:
+            choice = arm.get("choice") or {}
+            rows.append({"arm": arm.get("arm", "?"), "train evaluations": arm.get("spent_train_evaluations"),
+                         "budget": arm.get("budget_train_evaluations"), "rounds": arm.get("rounds"),
+                         "choice on train": choice.get("reason", "none")})
+        parts.append("<h2>Baseline arms</h2><p>Each arm spends the model evaluations the generations spent, from the "
+                     "same tuned seeds, in an archive of its own: tuning-only tunes the seed programs again, random "
+                     "draws independent programs from the synthesis grammar, hillclimb edits its best program so far "
+                     "one random step at a time. Each arm's choice on train is a headline comparison under the "
+                     "arm's name.</p>")
+        parts.append(table(rows, ["arm", "train evaluations", "budget", "rounds", "choice on train"]))
     return "".join(parts)
 
 

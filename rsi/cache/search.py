@@ -39,6 +39,7 @@ from rsi.cache.headline import TrainMatch, build_headline, heldout_targets, writ
 from rsi.cache.hindsight import Hindsight, build_hindsight
 from rsi.cache.niches import NicheMap, choose_parents, niche_map, write_niches
 from rsi.cache.progress import SearchProgress, plan_evaluations
+from rsi.cache.protocol import PICK_FILE, Pick, freeze, program_size, sha256, verify
 from rsi.cache.synthesis import SynthesisProposer
 from rsi.config import PLACEMENT, ConfigError, SearchConfig, config_from_dict
 from rsi.loop import admit, generation
@@ -165,10 +166,11 @@ class Search:
             from rsi.proposers import make_proposer
 
             # (the synthesis proposer fingerprints its candidates as the search does: on every train episode)
-            smoke = self.smoke if self.config.proposer.kind == "synthesis" else smoke
+            grammar = ("synthesis", "random", "hillclimb")
+            smoke = self.smoke if self.config.proposer.kind in grammar else smoke
             self._proposer = make_proposer(self.config, smoke, self.run_dir, hindsight=self.hindsight,
                                            screen=self._program_screen() if self._proxy is not None else None,
-                                           known=set(self.fingerprints))
+                                           known=set(self.fingerprints), source_of=self._source)
         return self._proposer
 
     def _program_screen(self) -> Any:
@@ -214,7 +216,7 @@ class Search:
                                    guide_fulls, cost)
             found = found + more
             guided = f" + evidence on {len(self.guide)} guide tasks"
-        self._say(f"hindsight for the proposer: {found.source} on {len(self.train)} train tasks{guided} "
+        self.say(f"hindsight for the proposer: {found.source} on {len(self.train)} train tasks{guided} "
                   f"({sum(len(n) for n in found.needed)} needed messages)")
         return found
 
@@ -294,11 +296,12 @@ class Search:
             self.phase = "generations"
             for g in range(1, cfg.generations + 1):
                 generation(self, g, proposer)
-            if cfg.ablation:
-                from rsi.cache.ablation import run_tuning_arm
+            if cfg.arms:
+                from rsi.cache.ablation import run_arms
 
-                self.phase = "tuning-only"
-                run_tuning_arm(self)
+                run_arms(self)
+            self.phase = "heldout"
+            self.judge_heldout()
             if cfg.oracle.heldout:
                 from rsi.cache.headroom import measure_search_headroom
 
@@ -333,7 +336,7 @@ class Search:
                 self._executor.close()
         return SearchResult(self.run_dir, self.archive, time.perf_counter() - t0)
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         self.progress.write(text)
 
     def _suite(self, split: str) -> list[Task]:
@@ -364,32 +367,31 @@ class Search:
         return renderer.render(list(task.messages)).message_tokens
 
     def _experts(self) -> None:
+        """Each configured expert on train (its held-out evaluation waits for the frozen picks)."""
         for text in self.config.experts:
             spec = parse_expert(text)
-            with self.progress.unit(len(self.train) + len(self.heldout)):
+            with self.progress.unit(len(self.train)):
                 train = self.evaluate(spec, self.train)
-                held = self.evaluate(spec, self.heldout)
-            m_train, m_held = aggregate(train), aggregate(held)
+            m_train = aggregate(train)
             status = Status.OK if m_train.ok else Status.FAILED
             c = Candidate(candidate_id(spec.name, dict(spec.params)), spec.name, spec.display, dict(spec.params), 0,
-                          proposer="expert", train=m_train, heldout=m_held, status=status,
+                          proposer="expert", train=m_train, status=status,
                           reason="" if m_train.ok else "expert evaluation failed", expert=True, spec=spec.name)
             self.archive.add(c)
-            self.tracker.candidate(c, None, train + held)
-            self._say(f"  expert {spec.display:44s} train pass {m_train.pass_rate:.3f} cost "
-                      f"{m_train.cost_cents_mean:.4f}c | held-out pass {m_held.pass_rate:.3f} cost "
-                      f"{m_held.cost_cents_mean:.4f}c")
+            self.tracker.candidate(c, None, train)
+            self.say(f"  expert {spec.display:44s} train pass {m_train.pass_rate:.3f} cost "
+                      f"{m_train.cost_cents_mean:.4f}c")
 
     def _tune_experts(self) -> None:
-        """Tune each tunable expert's setting on train (``rsi.cache.expert_tuning``); evaluate the choice
-        on held-out."""
+        """Tune each tunable expert's setting on train (``rsi.cache.expert_tuning``); the choice is
+        evaluated on held-out with the other frozen picks."""
         seen: set[str] = set()
         for text in self.config.experts:
             spec = parse_expert(text)
             if not tunable(spec) or spec.name in seen:
                 continue
             seen.add(spec.name)
-            planned = self.config.optuna.trials * len(self.train) + len(self.heldout)
+            planned = self.config.optuna.trials * len(self.train)
             self.progress.replan(planned)
             with self.progress.unit(planned):
                 tuned = tune_expert(spec, study_name=f"expert-tuned:{spec.name}-a{self.state['attempt']}",
@@ -401,20 +403,17 @@ class Search:
                                        if t.train is not None and t.train.ok]
                 if tuned.best is None or tuned.best.train is None:
                     reason = next((t.reason for t in tuned.trials if t.reason), "no trial finished")
-                    self._say(f"  expert {tuned.label:44s} not tuned: {reason}")
+                    self.say(f"  expert {tuned.label:44s} not tuned: {reason}")
                     continue
                 best = PolicySpec(spec.name, tuned.best.params, label=tuned.label)
-                held = self.evaluate(best, self.heldout)
             c = Candidate(candidate_id(f"{spec.name}:tuned", tuned.best.params), spec.name, tuned.label,
                           tuned.best.params, 0, proposer="expert-tuned", train=tuned.best.train,
-                          heldout=aggregate(held), expert=True, spec=spec.name,
+                          expert=True, spec=spec.name,
                           reason=f"tuned {tuned.tuned} on train with {len(tuned.trials)} trials")
             self.archive.add(c)
-            self.tracker.candidate(c, None, self.evaluate(best, self.train) + held)
-            m_held = aggregate(held)
-            self._say(f"  expert {tuned.label:44s} train pass {tuned.best.train.pass_rate:.3f} cost "
-                      f"{tuned.best.train.cost_cents_mean:.4f}c | held-out pass {m_held.pass_rate:.3f} cost "
-                      f"{m_held.cost_cents_mean:.4f}c ({tuned.setting()})")
+            self.tracker.candidate(c, None, self.evaluate(best, self.train))
+            self.say(f"  expert {tuned.label:44s} train pass {tuned.best.train.pass_rate:.3f} cost "
+                      f"{tuned.best.train.cost_cents_mean:.4f}c ({tuned.setting()})")
 
     def _make_proxy(self) -> ProxyReplay:
         """The cascade's zero-forward fidelity: the two model controls on train (``full`` and
@@ -482,7 +481,7 @@ class Search:
         pool = sorted((pred, cid, sha, params) for cid, (sha, params, pred) in self.screen_pool.items()
                       if cid not in self.fidelity_pairs)
         picks = sorted({round(i * (len(pool) - 1) / max(1, n - 1)) for i in range(n)}) if pool else []
-        self._say(f"fidelity check: the model evaluates {len(picks)} of {len(pool)} screened parameter sets "
+        self.say(f"fidelity check: the model evaluates {len(picks)} of {len(pool)} screened parameter sets "
                   f"it had not, spread over the predicted pass range")
         with self.progress.unit(self.plan.check):
             for i in picks:
@@ -549,7 +548,7 @@ class Search:
 
     def proposed(self, proposals: Sequence[Proposal], proposer: Proposer) -> None:
         self.progress.replan((len(proposals) - self.config.proposer.per_generation) * self.plan.per_program)
-        self._say(f"generation {len(self.archive.hv_history)}: {len(proposals)} proposals "
+        self.say(f"generation {len(self.archive.hv_history)}: {len(proposals)} proposals "
                   f"(proposer validity {proposer.stats.validity_rate:.2f})")
 
     def refused(self, sha: str, label: str, g: int, parents: tuple[str, ...], proposer: str, reason: str,
@@ -558,7 +557,7 @@ class Search:
                       reason=reason)
         self.archive.add(c)
         self.tracker.candidate(c, source, [])
-        self._say(f"  {label:14s} refused: {reason}")
+        self.say(f"  {label:14s} refused: {reason}")
 
     def tune_program(self, source: str, label: str, g: int, parents: tuple[str, ...], proposer: str,
                      note: str = "") -> None:
@@ -579,7 +578,7 @@ class Search:
             self.archive.add(c)
             self.duplicates += 1
             self.state["duplicates"] = self.duplicates
-            self._say(f"  {label:14s} not evaluated: behaves as program {twin[:12]}")
+            self.say(f"  {label:14s} not evaluated: behaves as program {twin[:12]}")
             return
         cfg = self.config
 
@@ -600,17 +599,18 @@ class Search:
                 c = Candidate(candidate_id(sha, {}), sha, label, {}, g, parents, proposer, status=status, reason=reason)
                 self.archive.add(c)
                 self.tracker.candidate(c, source, [])
-            self._say(f"  {label:14s} no scored trial: {reason}")
+            self.say(f"  {label:14s} no scored trial: {reason}")
             return
         shown: set[tuple[float, float]] = set()
+        size = program_size(source)
         for o in result.best:
             assert o.train is not None
             c = self.archive.add(Candidate(candidate_id(sha, o.params), sha, label, o.params, g, parents, proposer,
-                                           train=o.train, reason=note))
+                                           train=o.train, reason=note, size=size))
             self.tracker.candidate(c, source, evaluate(o.params, self.train))
             if c.point not in shown:
                 shown.add(c.point)
-                self._say(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
+                self.say(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
                           f"({proposer}{': ' + note if note else ''})")
 
     def _behaves_as(self, sha: str, source: str) -> str | None:
@@ -631,28 +631,45 @@ class Search:
 
     def close_generation(self, g: int) -> None:
         front = self.archive.front()
-        with self.progress.unit(self.plan.per_heldout_close):
-            match = TrainMatch(self._train_results, self.config.bootstrap_samples, self.config.seed)
-            for c in heldout_targets(front, self.archive.scored(experts=True), self.config.heldout_front, match):
-                if c.heldout is None:
-                    m = aggregate(self.evaluate(self._spec(c), self.heldout))
-                    self.archive.with_heldout(c.id, m)
-                    self.tracker.heldout(self.archive.get(c.id))
         ref = self._ref_cost()
         hv = self.archive.hypervolume(ref)
         self.archive.hv_history.append({"generation": g, "hypervolume": hv, "front_size": len(front),
                                         "candidates": len(self.archive.candidates), "ref_cost": ref})
         self.tracker.generation(g, {"hypervolume": hv, "front_size": float(len(front)),
                                     "failures": float(len(self.archive.failures()))})
-        self.niches = niche_map(self.archive, self._train_results)
+        self.niches = niche_map(self.archive, self.train_results)
         write_niches(self.files / "niches.json", self.archive, self.niches, g)
         if g > self._outputs_generation:  # a resume replaying older generations keeps the newer outputs
             self._write_outputs()
             self._outputs_generation = self.state["outputs_generation"] = g
             self.files.write_state(self.state)
         best = max(front, key=lambda c: c.point[1], default=None)
-        self._say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
+        self.say(f"  generation {g} done: front {len(front)}, hypervolume {hv:.5f}"
                   + (f", best pass {best.point[1]:.3f} at {best.point[0]:.4f}c" if best else ""))
+
+    def judge_heldout(self) -> None:
+        """Freeze the picks, then score them on held-out (``rsi.cache.protocol``): every comparator
+        (expert, tuned expert, baseline arm's choice), the ``heldout_front`` most accurate front
+        members and each comparator's match on train (``rsi.cache.headline.heldout_targets``)."""
+        comparators = self.archive.scored(experts=True)
+        match = TrainMatch(self.train_results, self.config.bootstrap_samples, self.config.seed)
+        evolved = heldout_targets(self.archive.front(), comparators, self.config.heldout_front, match)
+        targets = [*comparators, *evolved]
+        picks = [Pick(c.id, c.label, "comparator" if c.expert else "evolved", c.spec,
+                      sha256(self._source(c.program)) if c.spec == "program" else "", dict(c.params), c.size)
+                 for c in targets]
+        frozen = freeze(self.run_dir, picks, [t.id for t in self.heldout])
+        self.say(f"picks frozen in {PICK_FILE} before any held-out task is read: {len(evolved)} evolved, "
+                  f"{len(comparators)} comparators")
+        with self.progress.unit(self.plan.heldout):
+            for c in targets:
+                if c.heldout is not None:
+                    continue
+                verify(frozen, c.id, self._source(c.program) if c.spec == "program" else None)
+                held = aggregate(self.evaluate(self._spec(c), self.heldout))
+                self.archive.with_heldout(c.id, held)
+                self.tracker.heldout(self.archive.get(c.id))
+                self.say(f"  held-out {c.label:40s} pass {held.pass_rate:.3f} cost {held.cost_cents_mean:.4f}c")
 
     def _heldout_tasks(self) -> list[Task]:
         """``data.heldout_tasks`` held-out tasks after the first ``data.heldout_offset`` (``select_tasks``).
@@ -667,7 +684,7 @@ class Search:
             raise ConfigError(f"data.heldout_offset: {err}", field="data.heldout_offset",
                               value=data.heldout_offset) from None
 
-    def _train_results(self, c: Candidate) -> list[TaskResult]:
+    def train_results(self, c: Candidate) -> list[TaskResult]:
         """``c``'s stored train results (those evaluated; nothing is run)."""
         found = (self.store.get(r.key) for r in self._requests(self._spec(c), self.train))
         return [r for r in found if r is not None]
@@ -747,7 +764,7 @@ class Search:
     def _write_outputs(self) -> None:
         self.archive.save(self.files / "archive.json")
         self.files.write("pareto.json", self.pareto_rows())
-        write_headline(self.run_dir, build_headline(self.archive, self._heldout_results, self._train_results,
+        write_headline(self.run_dir, build_headline(self.archive, self._heldout_results, self.train_results,
                                                     samples=self.config.bootstrap_samples, seed=self.config.seed),
                        getattr(self, "headroom", None))
         if self.config.cascade.enabled:  # the speed counts include the held-out evaluations made after the screens

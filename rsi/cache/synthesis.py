@@ -119,14 +119,17 @@ class SynthesisProposer(Proposer):
         screen: zero-forward scoring of a candidate on train (``None``: no screening).
         candidates: structures made per proposal before one is chosen.
         known: fingerprints of programs the search already has (the proposer adds its own).
+        tools: tool names for tool tests (default: the hindsight tasks' tools, most tokens first).
     """
 
     name = "synthesis"
     operators: tuple[str, ...] = OPERATORS
 
     def __init__(self, smoke: Sequence[Episode], hindsight: Hindsight | None = None, screen: Screen | None = None,
-                 candidates: int = 6, known: set[str] | None = None, inner: int = 1) -> None:
+                 candidates: int = 6, known: set[str] | None = None, inner: int = 1,
+                 tools: Sequence[str] | None = None) -> None:
         super().__init__()
+        self.tool_names = list(tools) if tools is not None else None
         self.smoke = list(smoke)
         self.hindsight = hindsight
         self.features = [TaskFeatures(e) for e in hindsight.episodes] if hindsight is not None else []
@@ -184,6 +187,12 @@ class SynthesisProposer(Proposer):
             source, params, point = nxt[0], nxt[2], new_point
             notes.append(f"{step}: {nxt[1]}")
         return source, notes
+
+    def edit(self, op: str, parent: ParentView, rng: random.Random,
+             seen: set[str]) -> tuple[str, str, dict[str, Any]] | None:
+        """One structure made by operator ``op`` from ``parent`` alone (rendered, checked, smoke-run,
+        not a known behaviour): ``(source, note, its best screened parameters)``, or ``None``."""
+        return self._propose_one(op, parent, None, rng, seen)
 
     def _propose_one(self, op: str, parent: ParentView, other: ParentView | None, rng: random.Random,
                      seen: set[str]) -> tuple[str, str, dict[str, Any]] | None:
@@ -291,6 +300,8 @@ class SynthesisProposer(Proposer):
         return made
 
     def _tools(self) -> list[str]:
+        if self.tool_names is not None:
+            return list(self.tool_names)
         names: dict[str, float] = {}
         for f in self.features:
             for i, t in enumerate(f.tool):

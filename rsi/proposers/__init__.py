@@ -1,9 +1,10 @@
 """Proposers: who writes new policy programs (``mutation`` and ``synthesis`` offline, ``llm``, or
-``none``: the seed programs tuned again, the ablation)."""
+``none``: the seed programs tuned again, the ablation; ``random`` and ``hillclimb``: the baselines
+over the synthesis grammar, ``rsi.cache.baselines``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,11 +22,22 @@ __all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerSt
 
 def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path, *,
                   hindsight: Hindsight | None = None, screen: Screen | None = None,
-                  known: set[str] | None = None) -> Proposer:
+                  known: set[str] | None = None, source_of: Callable[[str], str] | None = None) -> Proposer:
     """The proposer ``config.proposer.kind`` names. ``hindsight`` (the oracle on train), ``screen``
     (zero-forward scoring) and ``known`` (behaviour fingerprints of the search's programs) guide the
-    synthesis proposer; the others ignore them."""
+    synthesis proposer; the others ignore them. ``source_of`` (a program hash's source) is the
+    hill climber's way to read its incumbent."""
     kind = config.proposer.kind
+    if kind == "random":
+        from rsi.cache.baselines import RandomProposer
+
+        return RandomProposer(smoke)
+    if kind == "hillclimb":
+        from rsi.cache.baselines import HillClimbProposer
+
+        if source_of is None:
+            raise ValueError("the hillclimb proposer needs source_of")
+        return HillClimbProposer(smoke, source_of)
     if kind == "llm":
         from rsi.proposers.llm import LLMProposer
 

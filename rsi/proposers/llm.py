@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -257,15 +258,20 @@ class LLMProposer(Proposer):
                 c.budget_usd and self.stats.usd >= c.budget_usd):
             self.stats.budget_exhausted = True
             raise BudgetExhausted
+        t0 = time.perf_counter()
         r = self.client.chat.completions.create(model=c.model, messages=messages,  # type: ignore[arg-type]
                                                 max_tokens=c.max_tokens, temperature=c.temperature)
+        seconds = time.perf_counter() - t0
         text = r.choices[0].message.content or ""
+        usage = ({"prompt_tokens": r.usage.prompt_tokens, "completion_tokens": r.usage.completion_tokens}
+                 if r.usage is not None else {})
         if r.usage is not None:
             self.stats.prompt_tokens += r.usage.prompt_tokens
             self.stats.completion_tokens += r.usage.completion_tokens
             self.stats.usd += (r.usage.prompt_tokens * c.price_in + r.usage.completion_tokens * c.price_out) / 1e6
         with open(self.log_path, "a") as fh:
-            fh.write(json.dumps({"generation": self.generation, "messages": messages, "reply": text}) + "\n")
+            fh.write(json.dumps({"generation": self.generation, "seconds": round(seconds, 3), **usage,
+                                 "messages": messages, "reply": text}) + "\n")
         return text
 
     # ---------------------------------------------------------------- prompts

@@ -1,7 +1,7 @@
-"""A tiny search with the synthesis proposer, the tuning-only arm, guide tasks and the held-out headroom,
-end to end: the arm spends the generations' budget, its choice is a headline comparator, the guide
-tasks reach the proposer without a model evaluation, the headroom's numbers are the stored
-evaluations, the report and akv pool read them."""
+"""A tiny search with the synthesis proposer, the three baseline arms, guide tasks and the held-out
+headroom, end to end: each arm spends the generations' budget, its choice is a headline comparator,
+the picks are frozen before any held-out evaluation, the guide tasks reach the proposer without a
+model evaluation, the headroom's numbers are the stored evaluations, the report and akv pool read them."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from rsi.store import EvalStore
 from tests.rsi.conftest import tiny_config
 
 CONFIG = {"proposer": {"kind": "synthesis", "per_generation": 2, "parents": 2, "candidates": 3},
-          "cascade": {"enabled": True, "trials": 6, "promote": 1}, "ablation": True,
+          "cascade": {"enabled": True, "trials": 6, "promote": 1},
+          "ablation": ["tuning-only", "random", "hillclimb"],
           "oracle": {"heldout": True, "budget": 2, "bound_budget": 1, "single_budget": 1},
           "data": {"guide_tasks": 2}}
 
@@ -69,6 +70,46 @@ def test_the_tuning_only_arm_spends_the_generations_budget_and_joins_the_headlin
     assert all(c.proposer.startswith(("seed", "synthesis:")) for c in archive.scored())
 
 
+def test_the_random_and_hillclimb_arms_spend_the_budget_and_join_the_headline(run):
+    from search_spaces import check_program
+    from search_spaces.cache import rules
+
+    arms = {a["arm"]: a for a in json.loads((run / "ablation.json").read_text())["arms"]}
+    assert list(arms) == ["tuning-only", "random", "hillclimb"]
+    rows = {r.versus: r for r in read_headline(run) or []}
+    archive = Archive.load(run / "archive.json")
+    for name in ("random", "hillclimb"):
+        arm = arms[name]
+        assert arm["spent_train_evaluations"] >= arm["budget_train_evaluations"] > 0, arm
+        made = [c for c in arm["candidates"] if c["proposer"] == name]
+        assert made and all(c["label"].startswith(name[0]) for c in made)
+        for c in made:  # programs of the synthesis grammar that the checker accepts
+            source = (run / "programs" / f"{c['program']}.py").read_text()
+            assert check_program(source).ok and rules.read(source) is not None
+        assert name in rows and archive.get(rows[name].versus_id).heldout is not None
+    assert all(not c["parents"] for c in arms["random"]["candidates"] if c["proposer"] == "random")
+    climbed = [c for c in arms["hillclimb"]["candidates"] if c["proposer"] == "hillclimb"]
+    ids = {c["id"] for c in arms["hillclimb"]["candidates"]}
+    assert all(len(c["parents"]) == 1 and c["parents"][0] in ids for c in climbed)
+
+
+def test_the_picks_are_frozen_before_any_held_out_evaluation(run):
+    from rsi.cache.protocol import PICK_FILE, sha256
+
+    frozen = json.loads((run / PICK_FILE).read_text())
+    archive = Archive.load(run / "archive.json")
+    with_heldout = {c.id for c in archive.candidates if c.heldout is not None}
+    assert with_heldout and with_heldout <= {p["id"] for p in frozen["picks"]}
+    for p in frozen["picks"]:
+        c = archive.get(p["id"])
+        if c.spec == "program":
+            assert p["program_sha256"] == sha256((run / "programs" / f"{c.program}.py").read_text())
+            assert p["size"] == c.size > 0
+    splits = [r["split"] for r in EvalStore(run / "evaluations.jsonl").rows()]
+    first_heldout = splits.index("heldout")
+    assert "train" not in splits[first_heldout:]  # every train evaluation (generations, arms) came first
+
+
 def test_the_headroom_is_made_of_stored_model_evaluations(run):
     h = read_headroom(run)
     assert h is not None and h["tasks"] == 1
@@ -99,14 +140,17 @@ def test_the_headroom_is_made_of_stored_model_evaluations(run):
 def test_duplicates_are_recorded_not_scored(run):
     archive = Archive.load(run / "archive.json")
     state = json.loads((run / "state.json").read_text())
+    arms = json.loads((run / "ablation.json").read_text())["arms"]
+    in_arms = [c for a in arms for c in a["candidates"] if c["status"] == Status.DUPLICATE.value]
     dups = [c for c in archive.candidates if c.status is Status.DUPLICATE]
-    assert state.get("duplicates", 0) == len(dups)
+    assert state.get("duplicates", 0) == len(dups) + len(in_arms)  # (the arms' are in ablation.json)
     assert all(c.train is None and "decides as program" in c.reason for c in dups)
 
 
 def test_the_report_and_the_pool_read_the_ablation(run, capsys):
     html = (run / "report.html").read_text()
-    assert "Headroom (held-out)" in html and "Ablation: tuning only" in html and "hindsight oracle" in html
+    assert "Headroom (held-out)" in html and "Baseline arms" in html and "hindsight oracle" in html
+    assert all(f"<td>{arm}</td>" in html for arm in ("tuning-only", "random", "hillclimb"))
     assert "rule table: role, tool, length (hindsight)" in html
     status = main(["pool", str(run), "--versus", "tuning-only", "--samples", "200"])
     out = capsys.readouterr().out

@@ -101,7 +101,10 @@ def test_bad_remote_options_name_the_key(raw, exc, field, message):
     ({"oracle": {"heldout": "yes"}}, "oracle.heldout", "true or false"),
     ({"oracle": {"budget": 0}}, "oracle.budget", "an integer >= 1"),
     ({"oracle": {"colour": 1}}, "oracle.colour", "valid keys here"),
-    ({"ablation": 1}, "ablation", "true or false"),
+    ({"ablation": 1}, "ablation", "true, false or a list of distinct arms"),
+    ({"ablation": ["random", "sideways"]}, "ablation", "from tuning-only, random, hillclimb"),
+    ({"ablation": ["random", "random"]}, "ablation", "distinct arms"),
+    ({"proposer": {"kind": "annealing"}}, "proposer.kind", "random, hillclimb"),
     ({"ablation": True, "proposer": {"kind": "none"}}, "ablation", "the tuning-only arm already"),
 ])
 def test_bad_search_values_are_refused_before_a_run_starts(raw, field, message):

@@ -176,6 +176,8 @@ def test_the_short_prompt_for_weak_models(tmp_path, tiny_plain):
     assert "SEARCH/REPLACE" not in seen[1]["messages"][-1]["content"]  # the retry asks for a whole program
     llm = [c for c in Archive.load(run / "archive.json").candidates if c.proposer.startswith("llm:")]
     assert llm and {c.proposer.removeprefix("llm:") for c in llm} <= set(SHORT_VARIANTS)
+    calls = [json.loads(line) for line in (run / "proposer" / "calls.jsonl").read_text().splitlines()]
+    assert len(calls) == len(seen) and all(c["seconds"] > 0 and c["completion_tokens"] > 0 for c in calls)
 
 
 def test_an_unknown_prompt_kind_is_refused_by_name():

@@ -13,11 +13,13 @@ from tests.rsi.conftest import TINY, tiny_config
 
 def test_the_plan_counts_what_the_config_implies():
     # TINY: 2 experts on 2 train + 1 held-out task; 1 seed and 1 generation x 2 proposals, each tuned
-    # with 2 trials on 2 train tasks; at most 1 front member plus one match per expert (3) on the
-    # held-out task after each of 2 generations.
+    # with 2 trials on 2 train tasks; once the picks are frozen, on the held-out task: at most 1 front
+    # member, and each comparator (expert, tuned expert, arm) with its match on train.
     assert (TINY["optuna"]["trials"], TINY["data"]["train_tasks"], TINY["heldout_front"]) == (2, 2, 1)
-    assert plan_evaluations(tiny_config(), 2, 1).total == 2 * 3 + (1 + 1 * 2) * 2 * 2 + 2 * (1 + 2) * 1
-    assert plan_evaluations(tiny_config(generations=3), 2, 1).total == 6 + (1 + 3 * 2) * 4 + 4 * 3
+    # experts on train, programs x trials x train, then held-out once: front + (comparator and its match) each
+    assert plan_evaluations(tiny_config(), 2, 1).total == 2 * 2 + (1 + 1 * 2) * 2 * 2 + (1 + 2 * 2) * 1
+    assert plan_evaluations(tiny_config(generations=3), 2, 1).total == 4 + (1 + 3 * 2) * 4 + 5
+    assert plan_evaluations(tiny_config(ablation=["random", "hillclimb"]), 2, 1).heldout == 1 + 2 * 4
 
 
 def test_units_settle_the_total_and_keys_count_once():
@@ -43,10 +45,10 @@ def test_the_bar_advances_per_evaluation_also_from_the_store(finished, tmp_path,
     search.run()
     out, err = capsys.readouterr()
     p = search.progress
-    assert p.planned == 24 and p.drawn
+    assert p.planned == 21 and p.drawn
     assert p.done == p.total == len(keys) == len(search.store) and p.bar.n == p.done
     assert len(evals.read_text().splitlines()) == len(lines)  # exactly the three were computed
-    assert f"{len(keys)}/{len(keys)}" in err and re.search(r"search: .*\d+/24 ", err)
+    assert f"{len(keys)}/{len(keys)}" in err and re.search(r"search: .*\d+/21 ", err)
     assert "expert expert:full" in out and "generation 1 done" in out
 
 
