@@ -196,6 +196,24 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from evals.tasks.logs import LogError, load_log, write_suite
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise LogError(f"--out {str(out)!r} is a directory; give the task file to write", field="out", value=str(out))
+    tasks = load_log(args.file, heldout_share=args.heldout_share)
+    write_suite(tasks, out)
+    fmt = tasks[0].meta.get("format", "tasks") if tasks else "?"
+    splits = Counter(t.split for t in tasks)
+    turns = sum(1 for t in tasks for m in t.messages if m["role"] == "assistant")
+    print(f"{len(tasks)} sessions ({fmt}; {turns} assistant turns; "
+          f"{', '.join(f'{n} {s}' for s, n in sorted(splits.items()))}) -> {out.resolve()}")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from rsi.cache.export import load_archive
     from rsi.cache.report import write_report
@@ -412,6 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--in-process", action="store_true",
                     help="evaluate in this process (with --resume: a run started on Ray goes on without it)")
     se.set_defaults(func=_search)
+
+    im = sub.add_parser("import", help="agent logs (OpenAI chat JSONL/JSON, ATIF) -> a task file of the project's "
+                                       "schema (no probes)")
+    im.add_argument("file", help="the log file: OpenAI chat logs (one conversation a line, or a JSON array) or ATIF "
+                                 "trajectories; the format is recognised by content")
+    im.add_argument("--out", required=True, help="the task file to write (JSON lines, docs/tasks.md)")
+    im.add_argument("--heldout-share", type=float, default=0.25,
+                    help="share of sessions put in the heldout split, by a stable hash of their id (default: 0.25)")
+    im.set_defaults(func=_import)
 
     r = sub.add_parser("report", help="write report.html for a run directory")
     r.add_argument("run_dir")

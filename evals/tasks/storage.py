@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.files import atomic_dir, read_text
+from engine.files import atomic_dir
 from engine.settings import settings
 from evals.errors import TaskError
 from evals.tasks.generator import GENERATOR, GENERATOR_VERSION, SUITES, SuiteSpec, generate_split, get_suite_spec
@@ -158,7 +158,8 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
 
     ``name_or_path`` is a registered suite name (looked up under ``root``, default
     :func:`suites_root`, and built there on first use unless ``build`` is false), a suite or
-    dataset directory written by ``save_to_disk``, or a JSON-lines file. Raises
+    dataset directory written by ``save_to_disk``, or a file: the project's JSON lines, or an agent
+    log (OpenAI chat logs or ATIF trajectories, imported without probes by ``evals.tasks.logs``). Raises
     :class:`TaskError` for unknown names, missing paths, unknown splits, malformed tasks, and a
     registered suite built by another generator version.
     """
@@ -178,13 +179,10 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
             raise TaskError(f"{path} was built by generator {built_by}, this is {GENERATOR_VERSION}: rebuild it with "
                             f"build_suite({spec.name!r}, overwrite=True) or bump the suite's version",
                             field="version", value=spec.version)
-    if path.is_file():
-        lines = [ln for ln in read_text(path, "task file", TaskError).splitlines() if ln.strip()]
-        try:
-            records = [json.loads(ln) for ln in lines]
-        except json.JSONDecodeError as err:
-            raise TaskError(f"{path}: not JSON lines ({err})", field="path", value=str(path)) from None
-        return _filter([Task.from_record(r) for r in records], split, str(path))
+    if path.is_file():  # the project's JSON lines, or an agent log (OpenAI chat, ATIF): evals.tasks.logs
+        from evals.tasks.logs import load_log
+
+        return _filter(load_log(path), split, str(path))
     if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists()):
         return _from_dataset(datasets.load_from_disk(str(path)), split, str(path))
     raise TaskError(f"no task set at {str(name_or_path)!r}: not a registered suite ({', '.join(SUITES)}), a JSON-lines "

@@ -90,5 +90,5 @@ def test_unknown_sources_are_named(tmp_path):
         load_suite("no-such-suite")
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json}\n")
-    with pytest.raises(TaskError, match="not JSON lines"):
+    with pytest.raises(TaskError, match=r"bad\.jsonl: line 1: not JSON \(Expecting property name"):
         load_suite(bad, None)
