@@ -367,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="weights and KV of the model (bfloat16: about 1.5x faster prefill on CPUs with avx512_bf16, "
                         "inexact: bench.weight_formats measures the probes it changes)")
+    e.add_argument("--fidelity-bound", type=float, default=0.5,
+                   help="on agent logs (no probes): a conversation passes when no recorded assistant turn loses more "
+                        "than this much log-likelihood per token against the full cache (default: 0.5)")
     e.add_argument("--scoring", default="loglik", choices=["loglik", "loglik-norm", "generate"],
                    help="what decides a probe's pass: the top candidate by log-likelihood (loglik), by log-likelihood "
                         "per character (loglik-norm, acc_norm), or exact match of the greedy answer (generate)")

@@ -11,7 +11,7 @@ import argparse
 import ast
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from engine.errors import AKVError
 from engine.files import atomic_write, read_text
-from evals.cache.evaluator import EvalConfig, PolicySpec, TaskResult, evaluate
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult, evaluate
 from evals.cache.probes import probe_format_for
 from evals.cache.scoring import wilson_interval
 from evals.errors import TaskError
@@ -349,6 +349,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     specs = policy_specs(args, params, picked, program)
     selection = load_tasks(args.suite, args.split, args.limit)
     tasks = selection.tasks
+    if tasks and not any(t.probes for t in tasks):  # agent logs: probe-free fidelity (evals.cache.log_fidelity)
+        return run_log_eval(args, specs, tasks, config, out, selection.split)
     bare = [t.id for t in tasks if any(not p.candidates for p in t.probes)]
     if bare and config.scoring != "generate":
         raise TaskError(f"{len(bare)} task(s) have probes without candidates (first: {bare[0]}); "
@@ -385,6 +387,43 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
         _plot(rows, str(plot))
     print(f"results: {out.resolve()} (per task: {out.with_suffix('.parquet')}"
           + (f"; plot: {plot})" if plot is not None else ")"))
+    return 0
+
+
+def run_log_eval(args: argparse.Namespace, specs: Sequence[PolicySpec], tasks: Sequence[Task], config: EvalConfig,
+                 out: Path, split: str) -> int:
+    """``akv eval`` on tasks without probes (agent logs): each policy's probe-free fidelity against
+    the full cache, per conversation and summarized with 95% intervals over conversations."""
+    import torch
+
+    from engine.engine import Engine
+    from evals.cache.log_fidelity import measure, summarize
+
+    bound = float(getattr(args, "fidelity_bound", 0.5))
+    dtype = getattr(args, "dtype", None) or "float32"
+    eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
+    replay = Replay(eng, config)
+    per: dict[str, list[Any]] = {s.display: [] for s in specs}
+    for task in tqdm(tasks, desc="fidelity", unit="conversation"):
+        for f in measure(replay, specs, task):
+            per[f.policy].append(f)
+    rows = [summarize(per[s.display], bound) for s in specs]
+    print(f"probe-free fidelity on {len(tasks)} conversations ({sum(r['turns'] for r in rows[:1])} assistant turns): "
+          "change of each recorded turn's log-likelihood per token against the full cache")
+    print(f"{'policy':34s} {'cost c':>8s} {'vs full (95% CI)':>24s} {'mean dLL/tok (95% CI)':>30s} "
+          f"{'worst':>8s} {'1st tok':>8s} {'pass@' + format(bound, 'g'):>8s}")
+    for r in rows:
+        lo, hi = r["cost_delta_ci95"]
+        mlo, mhi = r["mean_delta_ci95"]
+        print(f"{r['policy'][:34]:34s} {r['cost_cents_mean']:8.4f} "
+              f"{r['cost_delta_pct']:+7.1f}% [{lo:+6.1f}, {hi:+6.1f}] "
+              f"{r['mean_delta_per_token']:+9.4f} [{mlo:+8.4f}, {mhi:+8.4f}] {r['worst_delta_per_token']:+8.3f} "
+              f"{r['first_token_changed_share']:8.2f} {r['pass_rate']:8.2f}")
+    payload = {"suite": args.suite, "split": split, "model": args.model, "dtype": dtype, "template": args.template,
+               "mode": "fidelity", "config": config.as_dict(), "policies": rows,
+               "conversations": [f.to_row() for fs in per.values() for f in fs]}
+    atomic_write(out, json.dumps(payload, indent=1, default=str).encode())
+    print(f"results: {out.resolve()}")
     return 0
 
 

@@ -39,6 +39,7 @@ from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
 from evals.cache.guard import guard_decisions
+from evals.cache.log_fidelity import TurnScore, scored_turns, turn_text
 from evals.cache.probes import ProbeFormat, ProbePrompt, answer_matches, probe_prompt
 from evals.errors import TaskError
 from evals.rates import Rates, load_rates
@@ -351,6 +352,29 @@ class Replay:
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
         return self._scored(spec, task, probes, tuple(requests), cost, time.perf_counter() - t0)
+
+    def turn_scores(self, spec: PolicySpec, task: Task, *, first_tokens: bool = True) -> list[TurnScore]:
+        """Every assistant turn a request of ``task`` produces, scored under ``spec``'s decision at
+        that request: its teacher-forced log-likelihood given the history, and with ``first_tokens``
+        the greedy first token of the reply (``evals.cache.log_fidelity``; no probe is needed).
+
+        Raises:
+            AKVError: the policy cannot run or decides invalidly.
+        """
+        decisions = self._all_decisions(spec, task)
+        template = self.engine.renderer.template
+        msgs = list(task.messages)
+        out = []
+        for t in scored_turns(msgs, request_points(msgs)):
+            decision = decisions.get(t)
+            if decision is not None and decision.messages is not None:  # a text policy rewrote the history
+                context, schedule = [dict(m) for m in decision.messages], None
+            else:
+                context, schedule = msgs[:t], decision.schedule if decision is not None else None
+            scored = self.engine.score(context, [turn_text(template, msgs[t], t)], schedule)
+            first = self.engine.chat(context, schedule, max_tokens=1).text if first_tokens else ""
+            out.append(TurnScore(t, scored.n_tokens[0], scored.logprobs[0], first))
+        return out
 
     def _scored(self, spec: PolicySpec, task: Task, probes: tuple[ProbeResult, ...],
                 requests: tuple[RequestCost, ...], cost: CostBreakdown, seconds: float) -> TaskResult:
