@@ -58,7 +58,7 @@ def test_the_full_cache_changes_nothing_and_a_drop_equals_a_fresh_engine_per_tur
         assert t.logprob_policy == pytest.approx(ref.logprobs[0], abs=1e-3 * t.n_tokens)
         changed += abs(t.logprob_policy - t.logprob_full) > 1e-4
     assert changed > 0  # the drops reach the scores (this test could fail if the schedule were ignored)
-    assert passes(drop, 10.0) and not passes(drop, 0.0) or drop.worst_delta == 0.0
+    assert (passes(drop, 10.0) and not passes(drop, 0.0)) or drop.worst_delta == 0.0
 
 
 def test_summary_intervals_cover_the_point_estimates(engine):
