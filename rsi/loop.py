@@ -115,15 +115,17 @@ def run_arm(track: Track, seeds: Sequence[str], seed_source: Callable[[str], str
 
 
 def run_proposer_arm(track: Track, proposer: Proposer, name: str, tag: str, archive: Any, budget: int,
-                     spent: Callable[[], int]) -> int:
+                     spent: Callable[[], int], max_rounds: int | None = None) -> int:
     """An arm of ``proposer`` (which reads no parents: it draws programs, or takes its parent from
     ``archive``), round by round into ``archive`` until ``spent()`` reaches ``budget`` (or
-    :data:`MAX_ARM_ROUNDS_FACTOR` times the track's generations, or a round that proposes nothing);
-    returns the rounds run. Candidates are labelled ``<tag><round>-p<i>``, recorded as ``name``."""
+    ``max_rounds``, default :data:`MAX_ARM_ROUNDS_FACTOR` times the track's generations, or a round
+    that proposes nothing); returns the rounds run. Candidates are labelled ``<tag><round>-p<i>``,
+    recorded as ``name``."""
     rounds = 0
     seen = set(track.seen)
+    limit = max_rounds if max_rounds is not None else MAX_ARM_ROUNDS_FACTOR * max(1, track.generations)
     with arm_archive(track, archive):
-        while spent() < budget and rounds < MAX_ARM_ROUNDS_FACTOR * max(1, track.generations):
+        while spent() < budget and rounds < limit:
             rounds += 1
             rng = random.Random(f"{track.seed}-{name if name != ARM else 'tuning'}-{rounds}")
             proposals = proposer.propose([], archive, track.per_generation, rng, seen)

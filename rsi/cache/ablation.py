@@ -4,9 +4,9 @@ programs or hill climbing?
 After the generations, the same search runs each arm of ``SearchConfig.arms`` in turn, until that
 arm has asked the model for as many train policy-task evaluations as the generations did
 (``Search.spent``: stored results count, since a fresh run pays for them; an arm whose rounds run
-out of proposals stops early and says so). Every arm starts from generation 0 (the seeds as the
-search tuned them) and keeps its candidates in an archive of its own (``ablation.json``), so
-nothing it finds enters the evolved front. Same seed, same tasks, same cascade and frame guard,
+out, :data:`PROGRAM_ARM_ROUNDS` per generation for the program-writing arms, stops early and says
+so). Every arm starts from generation 0 (the seeds as the search tuned them) and keeps its
+candidates in an archive of its own (``ablation.json``), so nothing it finds enters the evolved front. Same seed, same tasks, same cascade and frame guard,
 same model budget, same tuning of each candidate:
 
 - ``tuning-only``: the seed programs tuned again in new studies (the proposer ``none``,
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 ABLATION_FILE = "ablation.json"
 TAGS = {ARM: "t", "random": "r", "hillclimb": "h"}
 """Arm -> the letter of its candidates' labels."""
+PROGRAM_ARM_ROUNDS = 25
+"""Rounds per generation a program-writing arm (random, hillclimb) may run to spend its budget: the
+cascade prunes most of their programs at zero forwards, so they need more proposals than the
+generations made to ask the model as often."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,10 @@ def run_arm_of(search: Search, arm: str) -> ArmResult:
     if arm == ARM:
         rounds = run_arm(search, cfg.seeds, seed_source, archive, budget, spent_of)
     else:
-        rounds = run_proposer_arm(search, _proposer(search, arm), arm, TAGS[arm], archive, budget, spent_of)
+        rounds = run_proposer_arm(search, _proposer(search, arm), arm, TAGS[arm], archive, budget, spent_of,
+                                  max_rounds=PROGRAM_ARM_ROUNDS * max(1, cfg.generations))
     spent = spent_of()
-    short = "" if spent >= budget else " (it ran out of proposals first)"
+    short = "" if spent >= budget else " (it ran out of rounds first)"
     search.say(f"{arm} arm: {spent} train evaluations in {rounds} rounds (the generations spent {budget}){short}")
     full = next((c for c in search.archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)
     match = TrainMatch(search.train_results, cfg.bootstrap_samples, cfg.seed)
