@@ -6,8 +6,9 @@ arm has asked the model for as many train policy-task evaluations as the generat
 (``Search.spent``: stored results count, since a fresh run pays for them; an arm whose rounds run
 out, :data:`PROGRAM_ARM_ROUNDS` per generation for the program-writing arms, stops early and says
 so). Every arm starts from generation 0 (the seeds as the search tuned them) and keeps its
-candidates in an archive of its own (``ablation.json``), so nothing it finds enters the evolved front. Same seed, same tasks, same cascade and frame guard,
-same model budget, same tuning of each candidate:
+candidates in an archive of its own (``ablation.json``), so nothing it finds enters the evolved
+front. Same seed, same tasks, same cascade and frame guard, same model budget, same tuning of each
+candidate:
 
 - ``tuning-only``: the seed programs tuned again in new studies (the proposer ``none``,
   ``rsi.proposers.tuning``); candidates ``t<round>-p<i>``.
