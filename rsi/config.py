@@ -258,7 +258,8 @@ class SearchConfig:
         experts: policies compared in the report (``name`` or ``name:k=v,k=v``).
         seed_from: an earlier run directory whose archive front seeds this search.
         heldout_front: how many front members (the most accurate on train) get a held-out evaluation
-            per generation, besides each expert's cheapest match on train (``rsi.cache.headline``).
+            once the picks are frozen, besides each comparator's cheapest match on train
+            (``rsi.cache.headline``, ``rsi.cache.protocol``).
         tracking_uri: MLflow store ("" = sqlite in the run directory).
         tune_experts: also tune the tunable experts of ``experts`` (rolling drop's K, the
             summarizing baselines' window) on train with ``optuna.trials`` trials, and report the
