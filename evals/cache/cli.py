@@ -447,6 +447,9 @@ def live_cli(args: Any, params: Mapping[str, Any]) -> int:
                       api_key=api_key) as engine:
         engine.akv_extensions  # noqa: B018 -- reach the endpoint once before any episode (one error, not N)
         results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
+    from evals.cache.live_export import export_run
+
+    logs = export_run(run_dir, args.served_model or args.model)
     s = summary(results)
     print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "
           f"[{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], contains {s['contains_rate']:.3f}, "
@@ -455,5 +458,5 @@ def live_cli(args: Any, params: Mapping[str, Any]) -> int:
     out = Path(args.out or run_dir / "live.json")
     atomic_write(out, json.dumps({"summary": s, "config": asdict(config), "policy": label, "endpoint": args.endpoint,
                                   "episodes": [r.to_row() for r in results]}, indent=1).encode())
-    print(f"episodes and checkpoints in {run_dir}; results: {out}")
+    print(f"episodes and checkpoints in {run_dir}; results: {out}; as agent logs: {logs[0]}, {logs[1]}")
     return 1 if s["errors"] else 0

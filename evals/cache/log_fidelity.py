@@ -91,8 +91,10 @@ def passes(f: LogFidelity, bound: float) -> bool:
 
 
 def scored_turns(messages: Sequence[Mapping[str, Any]], points: Sequence[int]) -> list[int]:
-    """The assistant turns a request produces: ``t`` in ``points`` with ``messages[t]`` the assistant's."""
-    return [t for t in points if t < len(messages) and messages[t].get("role") == "assistant"]
+    """The assistant turns a request produces: ``t`` in ``points`` with ``messages[t]`` the assistant's
+    and something in it (content, reasoning or tool calls: an empty reply has nothing to score)."""
+    return [t for t in points if t < len(messages) and messages[t].get("role") == "assistant"
+            and (messages[t].get("content") or messages[t].get("reasoning_content") or messages[t].get("tool_calls"))]
 
 
 def turn_text(template: ChatTemplate, message: Mapping[str, Any], index: int) -> str:

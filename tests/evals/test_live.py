@@ -201,3 +201,29 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
         monkeypatch.setenv("AKV_API_KEY", "alice-key-0123456789")
         assert live("key") == 0 and "errors 0" in capsys.readouterr().out
         assert served.stats.requests > before
+
+
+def test_a_live_run_exports_as_openai_and_atif_logs_that_import_back(tmp_path):
+    from evals.cache.live_export import ATIF_FILE, OPENAI_FILE, export_run
+    from evals.tasks.logs import load_log
+
+    run = tmp_path / "run"
+    model = ScriptedModel(SCRIPT)
+    r = run_episode(model, None, "full", TASK, 0, CheckpointStore(run / "sessions"))
+    assert r.exact
+    openai_path, atif_path = export_run(run, "scripted-model")
+    assert (openai_path.name, atif_path.name) == (OPENAI_FILE, ATIF_FILE)
+    [log] = load_log(openai_path)
+    [traj] = load_log(atif_path)
+    assert log.messages == traj.messages and traj.meta["model"] == "scripted-model"
+    roles = [m["role"] for m in log.messages]
+    assert roles[:2] == ["system", "user"] and roles[2:] == ["assistant", "tool"] * 4
+    calls = [m["tool_calls"][0] for m in log.messages if m["role"] == "assistant"]
+    assert [c["function"]["name"] for c in calls] == ["search", "read", "calculator", "submit_answer"]
+    assert json.loads(calls[2]["function"]["arguments"]) == {"expression": "12 * 2"}
+    assert log.messages[2]["content"] == "Let me search."  # the text before the call stays the content
+    results = [m for m in log.messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == [c["id"] for c in calls] and results[2]["content"] == "24"
+    # what the model saw, in order: the export is the conversation of the episode
+    assert [m["content"] for m in results] == [m["content"] for m in model.calls[-1][0] if m["role"] == "tool"] + [
+        results[-1]["content"]]
