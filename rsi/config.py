@@ -78,13 +78,16 @@ class EvalSettings:
     """Scoring (see ``evals.cache.evaluator.EvalConfig``). ``generate``: also score greedy answers;
     ``frame_guard``: every policy's drops wait until an assistant turn has read the message, and the
     system prompt and task are never dropped (``evals.cache.guard``); the oracle's bounds and the
-    rule table are then judged under the guard too."""
+    rule table are then judged under the guard too. ``fidelity_bound``: on a suite of agent logs
+    (tasks without probes), a policy passes a conversation when no recorded assistant turn loses more
+    than this much log-likelihood per token against the full cache (``evals.cache.log_fidelity``)."""
 
     rates: str = "gpt-oss-120b"
     scoring: str = "loglik"
     generate: bool = False
     lead_in: str = "verbatim"
     frame_guard: bool = False
+    fidelity_bound: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -325,6 +328,8 @@ class SearchConfig:
             (self.eval.scoring in ("loglik", "loglik-norm", "generate"), "eval.scoring", self.eval.scoring,
              "loglik, loglik-norm or generate"),
             (isinstance(self.eval.frame_guard, bool), "eval.frame_guard", self.eval.frame_guard, "true or false"),
+            (_amount(self.eval.fidelity_bound), "eval.fidelity_bound", self.eval.fidelity_bound,
+             "a finite number >= 0"),
             (self.model.dtype in DTYPES, "model.dtype", self.model.dtype, " or ".join(DTYPES)),
             (self.executor.backend in ("local", "remote"), "executor.backend", self.executor.backend,
              "local or remote"),

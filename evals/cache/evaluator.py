@@ -48,6 +48,8 @@ from search_spaces import Episode, Policy, PolicyKind, get_policy, request_point
 from search_spaces.cache.decision import Decision
 
 DIAGNOSTIC = "drop_evidence"
+FIDELITY_BOUND = 0.5
+"""Default bound on a turn's loss of log-likelihood per token for a policy to pass a log conversation."""
 SCORINGS = ("loglik", "loglik-norm", "generate")
 """What decides a probe's ``passed``: the top candidate by summed log-likelihood (``loglik``, acc), by
 log-likelihood per character of the candidate (``loglik-norm``, lm-evaluation-harness acc_norm), or
@@ -101,7 +103,10 @@ class EvalConfig:
     generate a greedy answer (exact / contains match; needed by ``scoring="generate"``);
     ``pool_bytes`` bounds the dry-run pool of the cost model (``None``: unlimited); ``frame_guard``:
     every decision guarded before it is accounted or asked (:mod:`evals.cache.guard`: drops wait
-    until an assistant turn has read the message, the system prompt and task are never dropped)."""
+    until an assistant turn has read the message, the system prompt and task are never dropped);
+    ``fidelity_bound``: on a task without probes (an agent log), the policy passes the conversation
+    when no recorded assistant turn loses more than this much log-likelihood per token against the
+    full cache (:mod:`evals.cache.log_fidelity`; one pass/fail "probe" of kind ``fidelity``)."""
 
     rates: str = "gpt-oss-120b"
     scoring: str = "loglik"
@@ -109,18 +114,23 @@ class EvalConfig:
     pool_bytes: int | None = None
     generate: bool = True
     frame_guard: bool = False
+    fidelity_bound: float = FIDELITY_BOUND
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.fidelity_bound, int | float) and 0 <= self.fidelity_bound < float("inf")):
+            raise ValueError(f"fidelity_bound must be a finite number >= 0, got {self.fidelity_bound!r}")
         if self.scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {self.scoring!r}")
         if self.scoring == "generate" and not self.generate:
             raise ValueError("scoring='generate' needs generate=True")
 
     def as_dict(self) -> dict[str, Any]:
-        out = {"rates": self.rates, "scoring": self.scoring, "probe": self.probe.as_dict(),
+        out: dict[str, Any] = {"rates": self.rates, "scoring": self.scoring, "probe": self.probe.as_dict(),
                "pool_bytes": self.pool_bytes, "generate": self.generate}
         if self.frame_guard:  # named only when on: stores written without the guard keep their keys
             out["frame_guard"] = True
+        if self.fidelity_bound != FIDELITY_BOUND:  # the same: named only when not the default
+            out["fidelity_bound"] = self.fidelity_bound
         return out
 
     @property
@@ -270,6 +280,7 @@ class Replay:
         self._rendered: dict[str, Rendered] = {}
         self._episodes: dict[str, Episode] = {}
         self._outputs: dict[str, dict[int, list[int]]] = {}
+        self._full_turns: dict[str, list[TurnScore]] = {}  # a log task's turn scores under the full cache
 
     def rendered(self, task: Task) -> Rendered:
         """``task``'s whole trajectory rendered by the engine (once per task; each request is a prefix)."""
@@ -349,14 +360,30 @@ class Replay:
         msgs = list(task.messages)
         points = list(request_points(msgs))
         requests, cost = self._account(task, points, decisions)
+        if not task.probes:  # an agent log: its one "probe" is the fidelity of the recorded turns
+            return self._scored(spec, task, (self._fidelity_probe(spec, task),), tuple(requests), cost,
+                                time.perf_counter() - t0)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
         return self._scored(spec, task, probes, tuple(requests), cost, time.perf_counter() - t0)
 
+    def _fidelity_probe(self, spec: PolicySpec, task: Task) -> ProbeResult:
+        """Pass when no recorded assistant turn loses more than ``fidelity_bound`` log-likelihood per
+        token against the full cache (the full cache's turn scores are made once per task)."""
+        if task.id not in self._full_turns:
+            self._full_turns[task.id] = self.turn_scores(PolicySpec("full"), task, first_tokens=False)
+        full = self._full_turns[task.id]
+        turns = self.turn_scores(spec, task, first_tokens=False)
+        worst = min(((t.logprob - f.logprob) / max(1, f.n_tokens) for f, t in zip(full, turns)), default=0.0)
+        last = turns[-1].index if turns else len(task.messages) - 1
+        return ProbeResult(0, "fidelity", last, "", f"worst change of log-likelihood per token {worst:+.6f}",
+                           False, False, "", False, False, (), worst >= -self.config.fidelity_bound)
+
     def turn_scores(self, spec: PolicySpec, task: Task, *, first_tokens: bool = True) -> list[TurnScore]:
         """Every assistant turn a request of ``task`` produces, scored under ``spec``'s decision at
-        that request: its teacher-forced log-likelihood given the history, and with ``first_tokens``
-        the greedy first token of the reply (``evals.cache.log_fidelity``; no probe is needed).
+        that request: its teacher-forced log-likelihood given the history (all turns in one forward
+        pass when the engine batches scorings), and with ``first_tokens`` the greedy first token of
+        the reply (``evals.cache.log_fidelity``; no probe is needed).
 
         Raises:
             AKVError: the policy cannot run or decides invalidly.
@@ -364,14 +391,21 @@ class Replay:
         decisions = self._all_decisions(spec, task)
         template = self.engine.renderer.template
         msgs = list(task.messages)
-        out = []
+        asks = []
         for t in scored_turns(msgs, request_points(msgs)):
             decision = decisions.get(t)
             if decision is not None and decision.messages is not None:  # a text policy rewrote the history
                 context, schedule = [dict(m) for m in decision.messages], None
             else:
                 context, schedule = msgs[:t], decision.schedule if decision is not None else None
-            scored = self.engine.score(context, [turn_text(template, msgs[t], t)], schedule)
+            asks.append((t, context, schedule, turn_text(template, msgs[t], t)))
+        scorer = self._batch_scorer()
+        if scorer is not None and asks:  # every turn in one forward pass (engine.batch_score)
+            scores = scorer.score_many([scorer.prepare(c, s, candidates=[text]) for _, c, s, text in asks])
+        else:
+            scores = [self.engine.score(c, [text], s) for _, c, s, text in asks]
+        out = []
+        for (t, context, schedule, _), scored in zip(asks, scores):
             first = self.engine.chat(context, schedule, max_tokens=1).text if first_tokens else ""
             out.append(TurnScore(t, scored.n_tokens[0], scored.logprobs[0], first))
         return out

@@ -55,7 +55,7 @@ def evaluate_policies(replay: Replay, specs: Sequence[PolicySpec], task: Task) -
         AKVError: only a transient one (a server down), as :meth:`Replay.evaluate` does.
     """
     scorer = replay._batch_scorer()
-    if scorer is None or len(specs) < 2:
+    if scorer is None or len(specs) < 2 or not task.probes:  # (a log task: its fidelity turns, one policy at a time)
         return [replay.evaluate(spec, task) for spec in specs]
     started = [_start(replay, spec, task) for spec in specs]
     runs = [r for r in started if isinstance(r, _Run)]

@@ -91,7 +91,8 @@ class Search:
         self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
                                       probe=replace(probe_format_for(config.model.name), lead_in=config.eval.lead_in),
                                       generate=config.eval.generate,
-                                      frame_guard=config.eval.frame_guard)
+                                      frame_guard=config.eval.frame_guard,
+                                      fidelity_bound=float(config.eval.fidelity_bound))
         self.model_id = config.model_id
         self._engine = engine  # an already loaded Engine for the local executor (tests, notebooks)
         self._executor: Executor | None = None
@@ -273,6 +274,7 @@ class Search:
         self.train = select_tasks(self._suite("train"), cfg.data.train_tasks)
         self.guide = self._guide_tasks()
         self.heldout = self._heldout_tasks()
+        self._check_log_suite()
         guided = f" (+{len(self.guide)} guide tasks at zero forwards)" if self.guide else ""
         self.progress.write(f"search {cfg.name}: {len(self.train)} train{guided} / {len(self.heldout)} held-out tasks, "
                             f"{cfg.generations} generations, run dir {self.run_dir}")
@@ -359,6 +361,20 @@ class Search:
         if len(guide) < n:
             log.warning("data.guide_tasks: %d asked, the train split has %d after the evaluated tasks", n, len(guide))
         return guide
+
+    def _check_log_suite(self) -> None:
+        """A suite of agent logs (no probes: judged by fidelity, ``eval.fidelity_bound``) has no
+        evidence for the zero-forward screen, the oracle or guide tasks: refuse those settings by name."""
+        if any(t.probes for t in self.train + self.heldout):
+            return
+        cfg = self.config
+        for on, key, value in ((cfg.cascade.enabled, "cascade.enabled", "false"),
+                               (cfg.oracle.feedback != "none", "oracle.feedback", "none"),
+                               (cfg.oracle.heldout, "oracle.heldout", "false"),
+                               (cfg.data.guide_tasks > 0, "data.guide_tasks", "0")):
+            if on:
+                raise ConfigError(f"{key}: the suite {cfg.data.suite!r} is agent logs without probes (judged by "
+                                  f"fidelity); set {key}: {value}", field=key, value=cfg.data.suite)
 
     def _counts(self, task: Task) -> list[int]:
         """Tokens per message as the evaluating engine counts them (its model and template)."""
