@@ -103,7 +103,10 @@ class RandomProposer(Proposer):
             for _draw in range(MAX_DRAWS):
                 structure = random_structure(rng, self.tools)
                 self.stats.attempts += 1
-                source = rules.render(structure)
+                try:
+                    source = rules.render(structure)
+                except rules.RuleError:
+                    continue
                 if source_hash(source) in seen or not _runs(source, self.smoke):
                     continue
                 self.stats.valid += 1
