@@ -34,7 +34,7 @@ LOG_CONFIG = {"cascade": {"enabled": False}, "oracle": {"feedback": "none", "hel
 
 
 def test_a_search_on_logs_judges_by_fidelity_and_exports(log_file, tmp_path, tiny_plain):
-    config = tiny_config(data={"suite": str(log_file), "train_tasks": 2, "heldout_tasks": 2}, **LOG_CONFIG)
+    config = tiny_config(data={"suite": str(log_file), "train_tasks": 2, "heldout_tasks": 1}, **LOG_CONFIG)
     run = tmp_path / "run"
     Search(config, run, engine=tiny_plain, progress=False).run()
     rows = [r | {"probes": json.loads(r["probes"])} for r in EvalStore(run / "evaluations.jsonl").rows()]
@@ -53,10 +53,11 @@ def test_a_search_on_logs_judges_by_fidelity_and_exports(log_file, tmp_path, tin
     assert (tmp_path / "policy.py").read_text().startswith('"""')
 
 
-@pytest.mark.parametrize(("key", "value"), [("cascade", {"enabled": True}), ("oracle", {"feedback": "evidence"}),
-                                            ("oracle", {"heldout": True})])
-def test_settings_a_log_suite_cannot_have_are_refused_by_name(log_file, tmp_path, tiny_plain, key, value):
-    changes = {**LOG_CONFIG, key: {**LOG_CONFIG[key], **value}}
-    config = tiny_config(data={"suite": str(log_file), "train_tasks": 2, "heldout_tasks": 1}, **changes)
-    with pytest.raises(ConfigError, match=r"is agent logs without probes \(judged by fidelity\)"):
-        Search(config, tmp_path / "run", engine=tiny_plain, progress=False).run()
+def test_settings_a_log_suite_cannot_have_are_refused_by_name(log_file, tmp_path, tiny_plain):
+    for k, (key, value) in enumerate((("cascade", {"enabled": True}), ("oracle", {"feedback": "evidence"}),
+                                      ("oracle", {"heldout": True}))):
+        changes = {**LOG_CONFIG, key: {**LOG_CONFIG[key], **value}}
+        config = tiny_config(data={"suite": str(log_file), "train_tasks": 2, "heldout_tasks": 1}, **changes)
+        with pytest.raises(ConfigError, match=r"is agent logs without probes \(judged by fidelity\)") as err:
+            Search(config, tmp_path / f"run{k}", engine=tiny_plain, progress=False).run()
+        assert err.value.field == f"{key}.{next(iter(value))}"
