@@ -43,6 +43,7 @@ from evals.cache.log_fidelity import TurnScore, scored_turns, turn_text
 from evals.cache.probes import ProbeFormat, ProbePrompt, answer_matches, probe_prompt
 from evals.errors import TaskError
 from evals.rates import Rates, load_rates
+from evals.tasks.logs import is_log_task
 from evals.tasks.schema import Task
 from search_spaces import Episode, Policy, PolicyKind, get_policy, request_points
 from search_spaces.cache.decision import Decision
@@ -360,7 +361,7 @@ class Replay:
         msgs = list(task.messages)
         points = list(request_points(msgs))
         requests, cost = self._account(task, points, decisions)
-        if not task.probes:  # an agent log: its one "probe" is the fidelity of the recorded turns
+        if not task.probes and is_log_task(task):  # an agent log: its one "probe" is its turns' fidelity
             return self._scored(spec, task, (self._fidelity_probe(spec, task),), tuple(requests), cost,
                                 time.perf_counter() - t0)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)

@@ -190,6 +190,12 @@ def load_log(path: str | Path, *, heldout_share: float = HELDOUT_SHARE) -> list[
                  meta={"format": kind, **meta}) for sid, msgs, tools, meta in sessions]
 
 
+def is_log_task(task: Task) -> bool:
+    """Whether ``task`` is an imported session (``family`` ``log:openai`` or ``log:atif``), which a
+    replay judges by fidelity rather than probes."""
+    return task.family.startswith("log:")
+
+
 def split_sessions(ids: Sequence[str], heldout_share: float = HELDOUT_SHARE) -> dict[str, str]:
     """``id -> train | heldout``: the ``ceil(share x n)`` ids of lowest SHA-256 go to held-out (a
     session keeps its split when others are added or removed, unless it is at the boundary)."""

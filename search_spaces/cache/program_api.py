@@ -25,7 +25,8 @@ the parameters it reaches are drawn. Integer bounds and steps must lie within +-
 bounds and steps must be finite, a categorical has 1 to 1000 choices (None, bools, such numbers
 or strings), and one `space` may suggest at most 256 parameters; anything else fails the
 candidate with its reason. Complete examples: the seed programs `full`, `rolling_drop`
-(the expert policy: keep the last 12 tool responses), `thinking_drop` and `scored_drop`.
+(the expert policy: keep the last 12 tool responses), `read_drop` (the hand rule: drop tool output
+once read, above a length, and stale re-reads), `thinking_drop` and `scored_drop`.
 
 ## The schedule you return (cumulative, stable)
 

@@ -120,7 +120,7 @@ def files(tmp_path, monkeypatch) -> Path:
 
 CASES = {
     "eval-unknown-suite": (["eval", "--suite", "nosuchsuite", "--policy", "full"], "nosuchsuite"),
-    "eval-bad-task-file": (["eval", "--suite", "bad.jsonl", "--policy", "full"], "not JSON lines"),
+    "eval-bad-task-file": (["eval", "--suite", "bad.jsonl", "--policy", "full"], "bad.jsonl: line 1: not JSON"),
     "eval-duplicate-ids": (["eval", "--suite", "dup.jsonl", "--policy", "full"], "occurs twice"),
     "eval-unknown-split": (["eval", "--suite", "tasks.jsonl", "--split", "train", "--policy", "full"],
                            "no split 'train'; its splits: custom (or all)"),
