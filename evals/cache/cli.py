@@ -400,6 +400,9 @@ def run_log_eval(args: argparse.Namespace, specs: Sequence[PolicySpec], tasks: S
     from evals.cache.log_fidelity import measure, summarize
 
     bound = float(getattr(args, "fidelity_bound", 0.5))
+    if not 0 <= bound < math.inf:
+        raise AKVError(f"--fidelity-bound must be a finite number >= 0, got {bound}", field="fidelity_bound",
+                       value=bound)
     dtype = getattr(args, "dtype", None) or "float32"
     eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
     replay = Replay(eng, config)

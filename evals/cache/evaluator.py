@@ -39,7 +39,7 @@ from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
 from evals.cache.guard import guard_decisions
-from evals.cache.log_fidelity import TurnScore, scored_turns, turn_text
+from evals.cache.log_fidelity import TurnScore, compare, passes, scored_turns, turn_text
 from evals.cache.probes import ProbeFormat, ProbePrompt, answer_matches, probe_prompt
 from evals.errors import TaskError
 from evals.rates import Rates, load_rates
@@ -375,10 +375,10 @@ class Replay:
             self._full_turns[task.id] = self.turn_scores(PolicySpec("full"), task, first_tokens=False)
         full = self._full_turns[task.id]
         turns = self.turn_scores(spec, task, first_tokens=False)
-        worst = min(((t.logprob - f.logprob) / max(1, f.n_tokens) for f, t in zip(full, turns)), default=0.0)
+        f = compare(task.id, spec.display, full, turns, 0.0, 0.0)  # (costs: accounted by the caller)
         last = turns[-1].index if turns else len(task.messages) - 1
-        return ProbeResult(0, "fidelity", last, "", f"worst change of log-likelihood per token {worst:+.6f}",
-                           False, False, "", False, False, (), worst >= -self.config.fidelity_bound)
+        return ProbeResult(0, "fidelity", last, "", f"worst change of log-likelihood per token {f.worst_delta:+.6f}",
+                           False, False, "", False, False, (), passes(f, self.config.fidelity_bound))
 
     def turn_scores(self, spec: PolicySpec, task: Task, *, first_tokens: bool = True) -> list[TurnScore]:
         """Every assistant turn a request of ``task`` produces, scored under ``spec``'s decision at

@@ -30,6 +30,7 @@ from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, Ta
 from evals.cache.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
 from evals.cache.probes import probe_format_for
 from evals.tasks import load_suite, select_tasks
+from evals.tasks.logs import is_log_task
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate, Status, candidate_id
 from rsi.cache.executors.base import EvalRequest, Executor
@@ -363,9 +364,9 @@ class Search:
         return guide
 
     def _check_log_suite(self) -> None:
-        """A suite of agent logs (no probes: judged by fidelity, ``eval.fidelity_bound``) has no
+        """A suite of agent logs (imported sessions, judged by fidelity: ``eval.fidelity_bound``) has no
         evidence for the zero-forward screen, the oracle or guide tasks: refuse those settings by name."""
-        if any(t.probes for t in self.train + self.heldout):
+        if not any(is_log_task(t) for t in self.train + self.heldout):  # (the replay's test, one place)
             return
         cfg = self.config
         for on, key, value in ((cfg.cascade.enabled, "cascade.enabled", "false"),

@@ -83,3 +83,11 @@ def test_akv_eval_on_a_log_reports_fidelity(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["mode"] == "fidelity" and [p["policy"] for p in data["policies"]] == ["full", "read_drop(min_tokens=8)"]
     assert data["policies"][0]["mean_delta_per_token"] == 0.0 and len(data["conversations"]) == 4
+
+
+@pytest.mark.parametrize("bound", ["-1", "inf", "nan"])
+def test_a_bad_fidelity_bound_is_one_line(bound, tmp_path, capsys):
+    out = tmp_path / "fid.json"
+    assert main(["eval", "--suite", str(OPENAI), "--split", "all", "--model", "tiny-random", "--policy", "full",
+                 "--fidelity-bound", bound, "--out", str(out)]) == 2
+    assert "--fidelity-bound must be a finite number >= 0" in capsys.readouterr().err and not out.exists()
