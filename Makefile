@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test lint typecheck unit bench bench-qwen qwen clean
+.PHONY: install quickstart test lint typecheck unit bench bench-qwen qwen fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ bench: install
 bench-qwen: qwen
 	$(PIP) install -q -e ".[bench]"
 	$(PY) -m bench.qwen_engine
+
+# The log importers, the request-body path and the snapshot loader under atheris, FUZZ_SECONDS each;
+# what crashes one lands in tests/fuzz/<target>/, which the tests replay (bench/results/fuzz.json).
+FUZZ_SECONDS ?= 120
+fuzz: install
+	$(PIP) install -q -e ".[fuzz]"
+	$(PY) -m bench.fuzz --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -51,8 +51,17 @@ class EveryEvidence(EvidenceTable):
 RULES = {"current": "today's rule", "copies_and_hops": "summaries ignored", "every_evidence": "every message needed"}
 
 
-def _policies(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]], list[tuple[PolicySpec, float]]]:
-    """The run's controls and every (spec, model train pass) evaluated on all of ``train``."""
+def run_policies(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]], list[tuple[PolicySpec, float]]]:
+    """The run's controls and every (spec, model train pass) evaluated on all of ``train`` (the
+    experts, the main search's programs and the ablation arms' programs; a row whose rebuilt spec
+    does not hash to its recorded key is left out)."""
+    controls, policies = run_policy_results(run, train)
+    return controls, [(spec, aggregate(results).pass_rate) for spec, results in policies]
+
+
+def run_policy_results(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]],
+                                                               list[tuple[PolicySpec, list[TaskResult]]]]:
+    """:func:`run_policies` with each policy's per-task results (in ``train``'s order) instead of its pass rate."""
     ids = {t.id for t in train}
     by: dict[tuple[str, str, str], dict[str, TaskResult]] = defaultdict(dict)
     for line in (run / "evaluations.jsonl").read_text().splitlines():
@@ -60,8 +69,8 @@ def _policies(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]]
         if row["split"] == "train" and row["ok"] and row["task_id"] in ids:
             by[(row["policy"], row["policy_key"], row["params"])][row["task_id"]] = result_from_row(row)
     archive = load_archive(run)
-    program = {c.label: c.program for c in archive.candidates if not c.expert}
     family = {c.label: c.spec for c in archive.candidates if c.expert}
+    program = {c.label: c.program for c in archive.candidates if not c.expert} | arm_programs(run)
     controls: dict[str, list[TaskResult]] = {}
     out = []
     for (label, key, params), results in by.items():
@@ -71,14 +80,37 @@ def _policies(run: Path, train: list[Task]) -> tuple[dict[str, list[TaskResult]]
         if label in ("expert:full", DIAGNOSTIC):
             controls[label] = ordered
             continue
-        if label.startswith("expert:"):
+        if label.startswith("expert:") and label in family:
             spec = PolicySpec(family[label], json.loads(params))
-        else:
+        elif label in program:
             source = (run / "programs" / f"{program[label]}.py").read_text()
             spec = PolicySpec("program", json.loads(params), source=source, label=label)
+        else:
+            continue
         if spec.key == key:
-            out.append((spec, aggregate(ordered).pass_rate))
+            out.append((spec, ordered))
     return controls, out
+
+
+def arm_programs(run: Path) -> dict[str, str]:
+    """Label -> program hash of the ablation arms' candidates (``ablation.json``; empty without one)."""
+    path = run / "ablation.json"
+    if not path.exists():
+        return {}
+    found: dict[str, str] = {}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("label"), str) and isinstance(node.get("program"), str) and not node.get("expert"):
+                found.setdefault(node["label"], node["program"])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(json.loads(path.read_text()))
+    return found
 
 
 def _scores(model: list[float], predicted: list[float]) -> dict[str, float]:
@@ -90,7 +122,7 @@ def rescore(run: Path, engine: DryEngine) -> dict[str, Any]:
     """One run's policies predicted under both rules (module docstring)."""
     config = read_json(run / "config.json", dict)
     train = select_tasks(load_suite(config["data"]["suite"], "train"), int(config["data"]["train_tasks"]))
-    controls, policies = _policies(run, train)
+    controls, policies = run_policies(run, train)
     full, dropped = controls["expert:full"], controls[DIAGNOSTIC]
     eval_config = EvalConfig(generate=False)
     table = EvidenceTable.fit(full, dropped)

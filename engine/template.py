@@ -208,7 +208,8 @@ def normalize_message(message: Any, index: int) -> dict[str, Any]:
     if not isinstance(message, Mapping):
         raise MessageError(f"{where} must be an object, got {show(message)}", field=where, value=message)
     role = message.get("role")
-    role = _ROLE_ALIASES.get(role, role)  # type: ignore[arg-type]
+    if isinstance(role, str):  # a dict or list here is refused below (it cannot even be looked up)
+        role = _ROLE_ALIASES.get(role, role)
     if role not in ROLES:
         raise MessageError(f"{where}.role must be one of {', '.join(ROLES)}, got {show(message.get('role'))}",
                            field=f"{where}.role", value=message.get("role"))

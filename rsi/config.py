@@ -22,6 +22,8 @@ import yaml
 from engine.errors import AKVError
 from engine.files import read_text
 from engine.models.catalog import default_template
+from evals.cache.evaluator import EvalConfig
+from evals.cache.probes import probe_format_for
 
 
 class ConfigError(AKVError):
@@ -421,6 +423,14 @@ class SearchConfig:
             server = self.executor.server_command or ",".join(self.executor.server_urls)
             out += f"|remote:{hashlib.sha256(server.encode()).hexdigest()[:8]}"
         return out
+
+    def eval_config(self) -> EvalConfig:
+        """The evaluator's settings this config asks for: ``eval`` with the model's probe format (the
+        one place a search config becomes an ``EvalConfig``)."""
+        return EvalConfig(rates=self.eval.rates, scoring=self.eval.scoring,
+                          probe=dataclasses.replace(probe_format_for(self.model.name), lead_in=self.eval.lead_in),
+                          generate=self.eval.generate, frame_guard=self.eval.frame_guard,
+                          fidelity_bound=float(self.eval.fidelity_bound))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -380,11 +380,15 @@ class Replay:
         return ProbeResult(0, "fidelity", last, "", f"worst change of log-likelihood per token {f.worst_delta:+.6f}",
                            False, False, "", False, False, (), passes(f, self.config.fidelity_bound))
 
-    def turn_scores(self, spec: PolicySpec, task: Task, *, first_tokens: bool = True) -> list[TurnScore]:
+    def turn_scores(self, spec: PolicySpec, task: Task, *, first_tokens: bool = True,
+                    full: Sequence[TurnScore] | None = None) -> list[TurnScore]:
         """Every assistant turn a request of ``task`` produces, scored under ``spec``'s decision at
         that request: its teacher-forced log-likelihood given the history (all turns in one forward
         pass when the engine batches scorings), and with ``first_tokens`` the greedy first token of
-        the reply (``evals.cache.log_fidelity``; no probe is needed).
+        the reply (``evals.cache.log_fidelity``; no probe is needed). ``full``: the full cache's turn
+        scores of ``task``; a turn whose request keeps the whole cache under ``spec`` (no drop, no
+        reposition, the history not rewritten: the same context) takes its score from there rather
+        than being scored again.
 
         Raises:
             AKVError: the policy cannot run or decides invalidly.
@@ -393,8 +397,15 @@ class Replay:
         template = self.engine.renderer.template
         msgs = list(task.messages)
         asks = []
+        known = {f.index: f for f in full or ()}
+        same: dict[int, TurnScore] = {}
         for t in scored_turns(msgs, request_points(msgs)):
             decision = decisions.get(t)
+            if t in known and (decision is None or (decision.messages is None and (
+                    decision.schedule is None or decision.schedule.is_empty))) and (known[t].first_token or
+                                                                                    not first_tokens):
+                same[t] = known[t]
+                continue
             if decision is not None and decision.messages is not None:  # a text policy rewrote the history
                 context, schedule = [dict(m) for m in decision.messages], None
             else:
@@ -405,11 +416,11 @@ class Replay:
             scores = scorer.score_many([scorer.prepare(c, s, candidates=[text]) for _, c, s, text in asks])
         else:
             scores = [self.engine.score(c, [text], s) for _, c, s, text in asks]
-        out = []
+        out = list(same.values())
         for (t, context, schedule, _), scored in zip(asks, scores):
             first = self.engine.chat(context, schedule, max_tokens=1).text if first_tokens else ""
             out.append(TurnScore(t, scored.n_tokens[0], scored.logprobs[0], first))
-        return out
+        return sorted(out, key=lambda turn: turn.index)
 
     def _scored(self, spec: PolicySpec, task: Task, probes: tuple[ProbeResult, ...],
                 requests: tuple[RequestCost, ...], cost: CostBreakdown, seconds: float) -> TaskResult:

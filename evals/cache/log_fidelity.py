@@ -124,7 +124,7 @@ def measure(replay: Any, specs: Sequence[Any], task: Any, *, first_tokens: bool 
     full_spec = PolicySpec("full")
     full = replay.turn_scores(full_spec, task, first_tokens=first_tokens)
     full_cost = replay.cost(full_spec, task).cents
-    return [compare(task.id, s.display, full, replay.turn_scores(s, task, first_tokens=first_tokens),
+    return [compare(task.id, s.display, full, replay.turn_scores(s, task, first_tokens=first_tokens, full=full),
                     replay.cost(s, task).cents, full_cost) for s in specs]
 
 

@@ -131,7 +131,7 @@ def file_format(records: Sequence[tuple[str, Any]], source: str) -> str:
     """The one format of ``records``.
 
     Raises:
-        LogError: a record of no known format, or two formats in one file.
+        LogError: no records, a record of no known format, or two formats in one file.
     """
     first: tuple[str, str] | None = None
     for where, r in records:
@@ -146,7 +146,8 @@ def file_format(records: Sequence[tuple[str, Any]], source: str) -> str:
         elif kind != first[0]:
             raise LogError(f"{source}: {where} is {_NAMES[kind]} but {first[1]} is {_NAMES[first[0]]}: one format "
                            "per file", field=where, value=kind)
-    assert first is not None
+    if first is None:
+        raise LogError(f"{source}: no conversations in the file (an empty array)", field="path", value=source)
     return first[0]
 
 
@@ -186,8 +187,14 @@ def load_log(path: str | Path, *, heldout_share: float = HELDOUT_SHARE) -> list[
     if dup is not None:
         raise LogError(f"{source}: two sessions have the id {dup!r}", field="id", value=dup)
     splits = split_sessions(ids, heldout_share)
-    return [Task(sid, tuple(msgs), (), family=f"log:{kind}", split=splits[sid], tools=tuple(tools),
-                 meta={"format": kind, **meta}) for sid, msgs, tools, meta in sessions]
+    out = []
+    for sid, msgs, tools, meta in sessions:
+        try:
+            out.append(Task(sid, tuple(msgs), (), family=f"log:{kind}", split=splits[sid], tools=tuple(tools),
+                            meta={"format": kind, **meta}))
+        except TaskError as err:  # for example a trajectory with no steps: no messages to judge
+            raise LogError(f"{source}: session {sid!r}: {err}", field=err.field, value=err.value) from None
+    return out
 
 
 def is_log_task(task: Task) -> bool:

@@ -20,15 +20,14 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError, show
 from engine.layout import Renderer
-from evals.cache.evaluator import DIAGNOSTIC, EvalConfig, PolicySpec, Replay, TaskResult
+from evals.cache.evaluator import DIAGNOSTIC, PolicySpec, Replay, TaskResult
 from evals.cache.fidelity import DryEngine, EvidenceTable, FidelitySpeed, ProxyReplay, check_fidelity
-from evals.cache.probes import probe_format_for
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.logs import is_log_task
 from evals.tasks.schema import Task
@@ -89,11 +88,7 @@ class Search:
         self.state["store_check"] = self.store.check.to_dict() | {"attempt": self.state["attempt"]}
         self.files.write("config.json", config.to_dict())
         self.files.write_state(self.state)
-        self.eval_config = EvalConfig(rates=config.eval.rates, scoring=config.eval.scoring,
-                                      probe=replace(probe_format_for(config.model.name), lead_in=config.eval.lead_in),
-                                      generate=config.eval.generate,
-                                      frame_guard=config.eval.frame_guard,
-                                      fidelity_bound=float(config.eval.fidelity_bound))
+        self.eval_config = config.eval_config()
         self.model_id = config.model_id
         self._engine = engine  # an already loaded Engine for the local executor (tests, notebooks)
         self._executor: Executor | None = None

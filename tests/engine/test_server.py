@@ -127,6 +127,9 @@ def _post(server, body, raw=None):
 BAD = [
     ("malformed json", None, b'{"messages": [', 400, "body"),
     ("unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, None, 400, "messages[0].role"),
+    # found by bench.fuzz: a role that is an object was looked up in the alias table and answered 500
+    ("role an object", {"messages": [{"role": {"role": "user"}, "content": "x"}]}, None, 400, "messages[0].role"),
+    ("role a list", {"messages": [{"role": ["user"], "content": "x"}]}, None, 400, "messages[0].role"),
     ("drop after trigger", {"messages": trajectory(2), "drop_message": {"2": [4]}}, None, 400, "drop_message.2"),
     ("id out of range", {"messages": trajectory(2), "reposition": [40]}, None, 400, "reposition"),
     ("not increasing", {"messages": trajectory(2), "reposition": [3, 3]}, None, 400, "reposition"),
