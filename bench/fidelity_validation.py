@@ -107,9 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--model", default=None, help="measure fidelity with this model instead of the runs' (a smoke test)")
     p.add_argument("--limit", type=int, default=None, help="only the first N policies (a smoke test)")
+    p.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (one per family first)")
     args = p.parse_args(argv)
     config, tasks, policies = collect(args.runs)
     policies = policies[:args.limit] if args.limit else policies
+    if args.tasks:
+        tasks = tasks[:args.tasks]
+        policies = [(spec, results[:args.tasks]) for spec, results in policies]
     model = args.model or config.model.name
     bound = float(config.eval.fidelity_bound if args.bound is None else args.bound)
     specs = [s for s, _ in policies]

@@ -112,19 +112,40 @@ def _parse_params(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _eval_settings(args: argparse.Namespace) -> None:
+    from evals.cache.cli import fill_eval_defaults
+
+    """Fill the ``akv eval`` settings the command line left out: from ``--run``'s config first (its
+    suite, held-out tasks, model, template, dtype, scoring, rates and frame guard; said on stdout),
+    then ``evals.cache.cli.EVAL_DEFAULTS``. Runs before the template is checked and before any work."""
+    if args.run:
+        from rsi.cache.export import run_eval_settings
+
+        took = []
+        for key, value in run_eval_settings(Path(args.run)).items():
+            if key == "frame_guard":
+                if value and not args.frame_guard:
+                    args.frame_guard = True  # what the search counted; export does the same
+                    took.append("frame guard on (it was searched under the frame guard)")
+            elif getattr(args, key, None) is None:
+                setattr(args, key, value)
+                took.append(f"{key} {value}")
+        if took:
+            print(f"from {args.run}: {', '.join(took)} (options given on the command line win)", flush=True)
+    elif args.pick is not None:
+        raise AKVError("--pick goes with --run RUN_DIR", field="pick", value=args.pick)
+    fill_eval_defaults(args)
+
+
 def _eval(args: argparse.Namespace) -> int:
     from evals.cache.cli import run_eval
 
     picked = None
     if args.run:
-        from rsi.cache.export import pick_spec, run_frame_guard
+        from rsi.cache.export import pick_spec
 
-        picked = pick_spec(Path(args.run), args.pick or "best")
-        if not args.frame_guard and run_frame_guard(Path(args.run)):
-            args.frame_guard = True  # what the search counted; export does the same
-            print(f"{args.run} was searched under the frame guard: evaluating under it (--frame-guard)")
-    elif args.pick is not None:
-        raise AKVError("--pick goes with --run RUN_DIR", field="pick", value=args.pick)
+        picked = pick_spec(Path(args.run), args.pick or "headline")
+        print(f"evaluating {picked.display} of {args.run}", flush=True)
     return run_eval(args, _parse_params(args.params or []), picked)
 
 
@@ -287,6 +308,92 @@ def _dashboard(args: argparse.Namespace) -> int:
     return run_dashboards(Path(args.run_dir), args.mlflow_port, args.optuna_port)
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default, unless its text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if ("default" in text or action.default in (None, False, "", [], argparse.SUPPRESS)
+                or not action.option_strings):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every ``akv`` parser: help lists each option's default, an option without help text included."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if kwargs.get("help") is None and kwargs.get("default") not in (None, False, "", []) and args and \
+                str(args[0]).startswith("-"):
+            kwargs["help"] = "default: %(default)s"
+        return super().add_argument(*args, **kwargs)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("akv-rsi")
+    except PackageNotFoundError:
+        return "(not installed: run from a checkout)"
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.what != "candidates" and args.run_dir:
+        raise AKVError(f"akv list {args.what} takes no run directory", field="run_dir", value=args.run_dir)
+    if args.what == "policies":
+        from search_spaces.cache.registry import FAMILIES, family_parameters
+
+        for family in FAMILIES.values():
+            print(f"{family.name} ({family.kind.value}): {family.summary}")
+            for name, default, searched in family_parameters(family.name):
+                print(f"    {name} = {default!r}    searched: {searched}")
+        print("\nakv eval --policy NAME --params k=v ...; in a config's experts: NAME:k=v,k=v. A search's candidates "
+              "(seed:rolling_drop, g1-p0, ...) are labels of its run: akv list candidates RUN")
+    elif args.what == "suites":
+        from evals.tasks.generator import SUITES
+        from evals.tasks.horizon import HORIZON_SUITES  # noqa: F401 (registers the horizon suites)
+
+        for spec in SUITES.values():
+            counts = ", ".join(f"{split} {n}/family" for split, n in spec.tasks_per_family.items())
+            print(f"{spec.name} (v{spec.version}): {counts}; {spec.min_tokens}-{spec.max_tokens} tokens")
+        print("\nor a task file on disk (docs/tasks.md), or agent logs: OpenAI chat JSONL/JSON, ATIF (akv import)")
+    elif args.what == "models":
+        from engine.models.catalog import MODELS
+        from engine.models.loading import TINY_MODELS
+
+        for model in MODELS.values():
+            print(f"{model.name}: {model.title}; template {model.template or 'gemma/plain'}; {model.license}; "
+                  f"install: {model.install}")
+        print(f"{', '.join(TINY_MODELS)}: random weights for tests; or a local checkpoint directory")
+    else:
+        _list_candidates(args.run_dir)
+    return 0
+
+
+def _list_candidates(run_dir: str | None) -> None:
+    from rsi.cache.export import load_archive
+    from rsi.cache.headline import read_headline
+
+    if not run_dir:
+        raise AKVError("akv list candidates needs a RUN_DIR", field="run_dir", value=None)
+    archive = load_archive(Path(run_dir))
+    chosen = {r.policy_id for r in read_headline(Path(run_dir)) or []}
+    print(f"{'id':14s} {'label':24s} {'gen':>3s} {'train pass':>10s} {'train cost':>10s} {'held-out pass':>13s} "
+          f"{'size':>5s}")
+    for c in archive.candidates:
+        train, held = c.train, c.heldout
+        print(f"{c.id:14s} {(c.label or '')[:24]:24s} {c.generation:3d} "
+              f"{(f'{train.pass_rate:.3f}' if train else '-'):>10s} "
+              f"{(f'{train.cost_cents_mean:.4f}c' if train else '-'):>10s} "
+              f"{(f'{held.pass_rate:.3f}' if held is not None and held.ok else '-'):>13s} "
+              f"{(str(c.size) if c.size else '-'):>5s}" + ("  <- headline choice" if c.id in chosen else ""))
+
+
 MODEL_HELP = "gemma-3-270m, qwen2.5-coder-1.5b (the qwen extra), tiny-random, or a local checkpoint"
 TEMPLATE_HELP = ("chat template: gemma, chatml or plain (default: the named model's own, chatml for "
                  "qwen2.5-coder-1.5b; else {fallback})")
@@ -296,8 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     from evals.cache.oracle_cli import add_parser as add_oracle
     from evals.survival.cli import add_parser as add_workload
 
-    parser = argparse.ArgumentParser(prog="akv", description="AKV-RSI: KV-cache policy search and serving")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="akv", description="AKV-RSI: KV-cache policy search and serving")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("serve", help="run the OpenAI-compatible AKV server")
     s.add_argument("--model", default="gemma-3-270m", help=MODEL_HELP)
@@ -354,32 +462,42 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--program", default=None, metavar="FILE.py",
                        help="a policy program, or a module written by akv export (run in the sandbox, never imported)")
     which.add_argument("--run", default=None, metavar="RUN_DIR", help="a candidate of a search run (see --pick)")
-    e.add_argument("--pick", default=None, help="with --run: candidate id, label, or 'best' (the default)")
+    e.add_argument("--pick", default=None,
+                   help="with --run: 'headline' (the choice headline.json reports, made on train; the default), "
+                        "'best' (the highest held-out pass, then the lowest cost), a candidate id or a label "
+                        "(akv list candidates RUN)")
     e.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy or --program")
-    e.add_argument("--suite", default="default", help="suite name or path of a task set on disk")
+    e.add_argument("--suite", default=None,
+                   help="suite name or path of a task set on disk (akv list suites; default: default, or --run's)")
     e.add_argument("--split", default=None,
                    help="a split of the task set (train, heldout, custom, ...) or 'all' (default: train when the "
                         "task set has one, else every task)")
-    e.add_argument("--limit", type=int, default=0, help="at most N tasks (spread over families)")
-    e.add_argument("--model", default="gemma-3-270m", help=MODEL_HELP)
+    e.add_argument("--limit", type=int, default=None,
+                   help="at most N tasks, spread over families (default: every task, or --run's held-out count)")
+    e.add_argument("--offset", type=int, default=None,
+                   help="skip the first N tasks of that spread (default: 0, or --run's held-out offset)")
+    e.add_argument("--model", default=None, help=MODEL_HELP + " (default: gemma-3-270m, or --run's)")
     e.add_argument("--template", default=None, help=TEMPLATE_HELP.format(fallback="plain"))
-    e.add_argument("--rates", default="gpt-oss-120b")
-    e.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+    e.add_argument("--rates", default=None, help="price table (default: gpt-oss-120b, or --run's)")
+    e.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="weights and KV of the model (bfloat16: about 1.5x faster prefill on CPUs with avx512_bf16, "
                         "inexact: bench.weight_formats measures the probes it changes)")
     e.add_argument("--fidelity-bound", type=float, default=0.5,
                    help="on agent logs (no probes): a conversation passes when no recorded assistant turn loses more "
                         "than this much log-likelihood per token against the full cache (default: 0.5)")
-    e.add_argument("--scoring", default="loglik", choices=["loglik", "loglik-norm", "generate"],
+    e.add_argument("--scoring", default=None, choices=["loglik", "loglik-norm", "generate"],
                    help="what decides a probe's pass: the top candidate by log-likelihood (loglik), by log-likelihood "
-                        "per character (loglik-norm, acc_norm), or exact match of the greedy answer (generate)")
+                        "per character (loglik-norm, acc_norm), or exact match of the greedy answer (generate); "
+                        "default: loglik, or --run's")
     e.add_argument("--generate", action="store_true",
                    help="also generate greedy answers (exact/contains match; slower; implied by --scoring generate)")
     e.add_argument("--frame-guard", action="store_true",
                    help="guard every policy's drops: a message leaves only after an assistant turn has read it, and "
                         "the system prompt and first user message never leave (what a live agent needs); on by "
                         "itself for --run of a run searched under eval.frame_guard, and --program of a guarded export")
-    e.add_argument("--out", default=None, help="results JSON (per-task parquet next to it)")
+    e.add_argument("--out", default=None,
+                   help="results JSON, per-task parquet next to it (default: eval-results.json)")
+    e.add_argument("--force", action="store_true", help="overwrite --out (and its parquet and plot) when they exist")
     e.add_argument("--plot", default=None, help="cost vs pass-rate PNG (with --compare)")
     e.set_defaults(func=_eval)
 
@@ -484,6 +602,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--optuna-port", type=int, default=0)
     d.set_defaults(func=_dashboard)
 
+    ls = sub.add_parser("list", help="what there is: policies (with parameters), suites, models, or a run's candidates")
+    ls.add_argument("what", choices=["policies", "suites", "models", "candidates"])
+    ls.add_argument("run_dir", nargs="?", help="with candidates: the run directory")
+    ls.set_defaults(func=_list)
+
     add_oracle(sub)
     add_workload(sub)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -491,7 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_debug(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_debug(sub: argparse._SubParsersAction[Any]) -> None:
     """``--debug`` after the command name too, on every (nested) command."""
     for command in sub.choices.values():
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -543,6 +666,8 @@ def _resolve_template(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "eval":
+            _eval_settings(args)
         _resolve_template(args)
         return int(args.func(args))
     except KeyboardInterrupt:

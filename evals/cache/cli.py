@@ -319,6 +319,18 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
+EVAL_DEFAULTS: dict[str, Any] = {"suite": "default", "model": "gemma-3-270m", "rates": "gpt-oss-120b",
+                                 "dtype": "float32", "scoring": "loglik", "limit": 0, "offset": 0}
+"""``akv eval``'s settings when neither the command line nor ``--run``'s config gives them."""
+
+
+def fill_eval_defaults(args: argparse.Namespace) -> None:
+    """Set every ``akv eval`` option the command line left at ``None`` to :data:`EVAL_DEFAULTS`."""
+    for key, value in EVAL_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+
+
 def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpec | None = None) -> int:
     """``akv eval`` (see the module docstring); ``picked``: the policy of ``--run``/``--pick``.
 
@@ -330,6 +342,7 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     from engine.engine import Engine
     from evals.rates import load_rates
 
+    fill_eval_defaults(args)
     program = read_program_file(args.program) if getattr(args, "program", None) and picked is None else None
     guard = bool(getattr(args, "frame_guard", False))
     if not guard and program is not None and program.frame_guard:
@@ -346,8 +359,12 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     if plot is not None and (plot.is_dir() or plot.suffix.lower() not in PLOT_SUFFIXES):
         raise AKVError(f"--plot {plot} must be a file name ending in {', '.join(PLOT_SUFFIXES)}", field="plot",
                        value=str(plot))
+    existing = [p for p in (out, out.with_suffix(".parquet"), plot) if p is not None and p.exists()]
+    if existing and not getattr(args, "force", False):
+        raise AKVError(f"{existing[0]} exists: give another --out, or --force to overwrite it", field="out",
+                       value=str(existing[0]))
     specs = policy_specs(args, params, picked, program)
-    selection = load_tasks(args.suite, args.split, args.limit)
+    selection = load_tasks(args.suite, args.split, args.limit, args.offset)
     tasks = selection.tasks
     if tasks and not any(t.probes for t in tasks):  # agent logs: probe-free fidelity (evals.cache.log_fidelity)
         return run_log_eval(args, specs, tasks, config, out, selection.split)

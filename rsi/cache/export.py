@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from engine.errors import AKVError, show
 from evals.cache.evaluator import PolicySpec
@@ -37,7 +38,8 @@ def load_archive(run_dir: Path) -> Archive:
 
 def pick(archive: Archive, name: str) -> Candidate:
     """A candidate by id (or a unique start of one, 4 characters or more), label, or ``best`` (highest
-    held-out pass rate, then lowest cost)."""
+    held-out pass rate, then lowest cost). ``headline`` is resolved by :func:`pick_spec` (it needs the
+    run directory)."""
     if name == "best":
         scored = [c for c in archive.scored() if c.heldout is not None and c.heldout.ok] or archive.scored()
         if not scored:
@@ -83,6 +85,39 @@ def run_frame_guard(run_dir: Path) -> bool:
     return bool(section.get("frame_guard", False))
 
 
+def run_eval_settings(run_dir: Path) -> dict[str, Any]:
+    """What ``akv eval --run`` takes from the run in ``run_dir`` (its ``config.json``): ``suite``, and
+    its held-out tasks as ``split`` ``heldout``, ``limit`` and ``offset``; ``model``, ``template``,
+    ``dtype`` (unless ``auto``); ``scoring``, ``rates``, ``frame_guard``. Only what the config holds.
+
+    Raises:
+        RunDirError: ``config.json`` or one of its sections is not a JSON object (naming the file).
+    """
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return {}
+    raw = read_json(path, dict)
+    sections = {}
+    for name in ("data", "model", "eval"):
+        section = raw.get(name, {})
+        if not isinstance(section, dict):
+            raise RunDirError(f"{path}: {name!r} must be an object, got {type(section).__name__} {show(section)}",
+                              field=str(path), value=show(section))
+        sections[name] = section
+    data, model, ev = sections["data"], sections["model"], sections["eval"]
+    out: dict[str, Any] = {}
+    if "suite" in data:
+        out |= {"suite": data["suite"], "split": "heldout", "limit": int(data.get("heldout_tasks", 0)),
+                "offset": int(data.get("heldout_offset", 0))}
+    out |= {k: model[src] for k, src in (("model", "name"), ("template", "template")) if model.get(src)}
+    if model.get("dtype") not in (None, "auto"):
+        out["dtype"] = model["dtype"]
+    out |= {k: ev[k] for k in ("scoring", "rates") if ev.get(k)}
+    if "frame_guard" in ev:
+        out["frame_guard"] = bool(ev["frame_guard"])
+    return out
+
+
 def pick_spec(run_dir: Path, name: str) -> PolicySpec:
     """The candidate ``name`` of the run in ``run_dir`` (see :func:`pick`) as a policy to evaluate:
     a program (run in the sandbox) or a family with its parameters.
@@ -90,7 +125,21 @@ def pick_spec(run_dir: Path, name: str) -> PolicySpec:
     Raises:
         AKVError: no archive yet, an unknown pick, or a missing program file.
     """
+    if name == "headline":
+        name = headline_choice(run_dir)
     return spec_of(run_dir, pick(load_archive(run_dir), name))
+
+
+def headline_choice(run_dir: Path) -> str:
+    """The id of the choice ``headline.json`` of ``run_dir`` reports (the evolved pick, made on train);
+    ``best`` when the run has no headline yet (a search still running), said on stdout."""
+    from rsi.cache.headline import read_headline
+
+    rows = read_headline(run_dir)
+    if not rows:
+        print(f"{run_dir} has no headline.json yet (the search has not finished): picking 'best'", flush=True)
+        return "best"
+    return rows[0].policy_id
 
 
 def spec_of(run_dir: Path, c: Candidate) -> PolicySpec:

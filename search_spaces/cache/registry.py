@@ -93,3 +93,43 @@ def get_policy(name: str, **params: Any) -> Policy:
         ParameterError: an unknown parameter (named) or a value out of range.
     """
     return REGISTRY.build(name, params, program=Policy.from_program, family=lambda f, p: f.factory(**p))
+
+
+class _RecordingTrial:
+    """An Optuna-like trial that records what a space asks for, answering each with the family's
+    default where it has one (so a conditional branch follows the defaults)."""
+
+    def __init__(self, defaults: dict[str, Any]) -> None:
+        self.defaults = defaults
+        self.asked: dict[str, str] = {}
+
+    def _answer(self, name: str, fallback: Any) -> Any:
+        return self.defaults.get(name, fallback)
+
+    def suggest_int(self, name: str, low: int, high: int, step: int = 1, log: bool = False) -> Any:
+        self.asked[name] = f"int {low}..{high}" + (f" step {step}" if step != 1 else "") + (" (log)" if log else "")
+        return self._answer(name, low)
+
+    def suggest_float(self, name: str, low: float, high: float, step: float | None = None, log: bool = False) -> Any:
+        self.asked[name] = f"float {low:g}..{high:g}" + (f" step {step:g}" if step else "") + (" (log)" if log else "")
+        return self._answer(name, low)
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        self.asked[name] = "one of " + ", ".join(map(str, choices))
+        return self._answer(name, choices[0])
+
+
+def family_parameters(name: str) -> list[tuple[str, Any, str]]:
+    """``(parameter, default, searched range)`` of family ``name``: every parameter it takes, with the
+    range its Optuna space searches when the other parameters are at their defaults (a parameter
+    the space fixes, or asks only on another branch, says so).
+
+    Raises:
+        UnknownPolicyError: an unknown name.
+    """
+    family = get_family(name)
+    defaults = dict(getattr(family.factory(), "params", {}) or {})
+    trial = _RecordingTrial(defaults)
+    family.space(trial)
+    return [(k, v, trial.asked.get(k, "not searched at the defaults")) for k, v in defaults.items()] + [
+        (k, None, r) for k, r in trial.asked.items() if k not in defaults]

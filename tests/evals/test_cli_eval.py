@@ -229,7 +229,8 @@ def test_program_file_and_exported_module_run_in_the_sandbox(tmp_path, eng):
         PolicySpec("rolling_drop", {"keep_tool_responses": 0}), Task.from_record(DOCUMENTED))
     for argv, label in ((["--program", "seed.py", "--params", "keep_tool_responses=0"], "program:seed.py"),
                         (["--program", "exported.py"], "program:exported.py")):
-        proc = akv(tmp_path, "eval", "--suite", str(tasks), *argv, "--model", "tiny-random", "--out", "r.json")
+        proc = akv(tmp_path, "eval", "--suite", str(tasks), *argv, "--model", "tiny-random", "--out", "r.json",
+                   "--force")
         ok(proc)
         out = json.loads((tmp_path / "r.json").read_text())
         row = out["tasks"][0]
@@ -312,7 +313,7 @@ def test_eval_a_pick_of_a_run(tmp_path, eng):
     # a run searched under the frame guard is evaluated under it, as its export would drop
     (run / "config.json").write_text(json.dumps({"eval": {"frame_guard": True}}))
     ok(proc := akv(tmp_path, "eval", "--suite", str(tasks), "--run", str(run), "--model", "tiny-random",
-                   "--out", "r.json"))
+                   "--out", "r.json", "--force"))
     out = json.loads((tmp_path / "r.json").read_text())
     assert "searched under the frame guard" in proc.stdout and out["config"]["frame_guard"] is True
     from evals.cache.oracle import schedule_spec
@@ -381,7 +382,7 @@ def test_frame_guard_lets_the_agent_read_before_a_drop(tmp_path, eng):
     rows = {}
     for guard in ([], ["--frame-guard"]):
         proc = akv(tmp_path, "eval", "--suite", str(tasks), "--policy", "rolling_drop", "--params",
-                   "keep_tool_responses=0", "--model", "tiny-random", "--out", "r.json", *guard)
+                   "keep_tool_responses=0", "--model", "tiny-random", "--out", "r.json", "--force", *guard)
         ok(proc)
         out = json.loads((tmp_path / "r.json").read_text())
         assert out["config"].get("frame_guard", False) is bool(guard)
@@ -395,7 +396,7 @@ def test_frame_guard_lets_the_agent_read_before_a_drop(tmp_path, eng):
     # a module exported with the guard is evaluated under it, and says so
     export_policy(get_policy("rolling_drop", keep_tool_responses=0), tmp_path / "guarded.py", frame_guard=True)
     proc = akv(tmp_path, "eval", "--suite", str(tasks), "--program", "guarded.py", "--model", "tiny-random",
-               "--out", "r.json")
+               "--out", "r.json", "--force")
     ok(proc)
     out = json.loads((tmp_path / "r.json").read_text())
     assert "exported with the frame guard" in proc.stdout and out["config"]["frame_guard"] is True
