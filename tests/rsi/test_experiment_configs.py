@@ -121,6 +121,36 @@ def test_model_id_changes_only_off_the_defaults():
     assert a.model_id != b.model_id and "|remote:" in a.model_id
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_dtype_fast_is_bfloat16_only_where_the_cpu_multiplies_it_natively(monkeypatch, native):
+    """``fast`` follows the CPU's flags (read once per resolution); ``auto`` never does, so the keys
+    of every existing CPU run stay float32."""
+    import rsi.config
+
+    monkeypatch.setattr(rsi.config, "cpu_has_native_bf16", lambda: native)
+    fast = config_from_dict({"model": {"dtype": "fast"}})
+    assert fast.dtype == ("bfloat16" if native else "float32")
+    assert fast.model_id == ("gemma-3-270m|plain|bfloat16" if native else "gemma-3-270m|plain")
+    assert config_from_dict({"model": {"dtype": "auto"}}).dtype == "float32"
+    gpu = config_from_dict({"model": {"dtype": "fast"}, "executor": {"gpus_per_replica": 1}})
+    assert gpu.dtype == "bfloat16"
+
+
+def test_cpu_flags_are_read_from_proc_cpuinfo(tmp_path, monkeypatch):
+    import builtins
+
+    from engine.settings import cpu_has_native_bf16
+
+    real_open = builtins.open
+    for flags, want in (("fpu avx2 avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True),
+                        ("fpu avx2 avx512f avx512bw", False)):
+        fake = tmp_path / "cpuinfo"
+        fake.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(builtins, "open", lambda path, *a, f=fake, **k: real_open(
+            f if path == "/proc/cpuinfo" else path, *a, **k))
+        assert cpu_has_native_bf16() is want
+
+
 def test_runs_written_before_new_config_keys_still_resume():
     current = config_from_dict({"executor": {"replicas": 3}})
     old = json.loads(json.dumps(current.to_dict()))
