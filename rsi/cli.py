@@ -97,19 +97,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _parse_params(items: Sequence[str]) -> dict[str, Any]:
-    import yaml
+    from search_spaces.lookup import parse_params
 
-    out = {}
-    for kv in items:
-        k, sep, v = kv.partition("=")
-        if not sep or not k.strip():
-            raise AKVError(f"--params expects key=value, got {kv!r}", field="params", value=kv)
-        try:
-            out[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError as err:
-            raise AKVError(f"--params {kv!r}: the value is not YAML ({yaml_reason(err)})",
-                           field="params", value=kv) from None
-    return out
+    return parse_params(items)
 
 
 def _eval_settings(args: argparse.Namespace) -> None:

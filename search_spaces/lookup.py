@@ -72,3 +72,39 @@ class Registry(Generic[F]):
                 raise ParameterError("program: the parameter 'source' (program text) is required", field="source")
             return program(source, params)
         return family(self.get(name), params)
+
+
+def parse_params(items: Iterable[str]) -> dict[str, Any]:
+    """Policy parameters from the command line, the one syntax of every ``--params``: ``k=v`` items
+    (values read as YAML scalars: ``keep=4``, ``target=tool``, ``supersede=false``), or one JSON
+    object as a single item (``'{"ttl_s": 2}'``, as ``akv workload`` took before).
+
+    Raises:
+        ParameterError: an item that is not ``k=v``, a value that is not YAML, or JSON that is not an object.
+    """
+    import json
+
+    import yaml
+
+    items = list(items)
+    if len(items) == 1 and items[0].lstrip().startswith("{"):
+        try:
+            value = json.loads(items[0])
+        except json.JSONDecodeError as err:
+            raise ParameterError(f"--params: not a JSON object ({err.msg} at column {err.colno})", field="params",
+                                 value=items[0]) from None
+        if not isinstance(value, dict):
+            raise ParameterError(f"--params: not a JSON object: {show(items[0])}", field="params", value=items[0])
+        return value
+    out = {}
+    for kv in items:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.strip():
+            raise ParameterError(f"--params expects key=value, got {kv!r}", field="params", value=kv)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or " ".join(str(err).split())
+            raise ParameterError(f"--params {kv!r}: the value is not YAML ({problem})", field="params",
+                                 value=kv) from None
+    return out

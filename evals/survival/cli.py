@@ -7,7 +7,7 @@
     akv workload calibrate --model gemma-3-270m [--out cal.json] [--repeats 5] [--max-batch 4]
 
 ``--survival`` takes a policy name (lru, ttl, min_waste, program_priority, next_ref, intent,
-weighted); ``--params '{"ttl_s": 2}'`` sets its parameters; ``--program FILE`` runs a survival
+weighted); ``--params ttl_s=2`` (or a JSON object) sets its parameters; ``--program FILE`` runs a survival
 program instead. ``simulate`` uses the stored calibration of ``--model`` (default gemma-3-270m) or
 ``--calibration FILE``, and refuses a calibration made for another model unless ``--force``.
 ``add_parser(subparsers)`` registers the ``workload`` command on an existing
@@ -29,14 +29,10 @@ from engine.errors import AKVError
 
 def _spec(args: argparse.Namespace) -> Any:
     from evals.survival.trace import read_text
+    from search_spaces.lookup import parse_params
     from search_spaces.survival import survival_policy_names
 
-    try:
-        params = json.loads(args.params) if args.params else {}
-    except json.JSONDecodeError as err:
-        raise AKVError(f"--params must be a JSON object: {err.msg}", field="params", value=args.params) from None
-    if not isinstance(params, dict):
-        raise AKVError(f"--params must be a JSON object, got {args.params!r}", field="params", value=args.params)
+    params = parse_params(args.params or [])
     if args.program:
         return {"source": read_text(args.program, "survival program"), "params": params}
     if args.survival is None:
@@ -128,7 +124,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a trace file (JSON lines, akv-workload/1)")
     p.add_argument("--survival", default=None, help="survival policy name")
-    p.add_argument("--params", default=None, help="policy parameters as a JSON object")
+    p.add_argument("--params", nargs="*", default=[],
+                   help="policy parameters: k=v k=v (as akv eval), or one JSON object")
     p.add_argument("--program", default=None, help="a survival program file (instead of --survival)")
     p.add_argument("--out", required=True, help="where to write the result JSON")
     p.add_argument("--pool-tokens", type=int, default=None, help="KV pool budget (default: the trace's)")
