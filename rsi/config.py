@@ -114,6 +114,9 @@ class ProposerConfig:
         timeout_s: per LLM call.
         candidates: structures the synthesis proposer makes (and screens) per proposal.
         inner: zero-forward edit steps the synthesis proposer chains per proposal (1: one operator).
+        check_last: with ``inner`` > 1, the chain's last kept step is checked with the model on this many
+            train tasks (the program with and without it, each an evaluation per task, counted in the
+            budget): kept only when it loses no probe there and costs no more (0: the screen alone decides).
         prompt: the LLM proposer's prompt: ``full`` (the policy API, rich feedback, whole programs or
             SEARCH/REPLACE edits) or ``short`` (for weak models: a short API, a worked example, the parent's
             code and one concrete change to make, whole programs only; ``rsi.proposers.llm.SHORT_VARIANTS``).
@@ -135,6 +138,7 @@ class ProposerConfig:
     timeout_s: float = 120.0
     candidates: int = 6
     inner: int = 1
+    check_last: int = 0
     prompt: str = "full"
 
 

@@ -167,6 +167,7 @@ class Search:
             smoke = self.smoke if self.config.proposer.kind in grammar else smoke
             self._proposer = make_proposer(self.config, smoke, self.run_dir, hindsight=self.hindsight,
                                            screen=self._program_screen() if self._proxy is not None else None,
+                                           check=self._model_check(),
                                            known=set(self.fingerprints), source_of=self._source)
         return self._proposer
 
@@ -182,6 +183,17 @@ class Search:
             return (m.cost_cents_mean, m.pass_rate) if m.ok else None
 
         return screen
+
+    def _model_check(self) -> Any:
+        """A program's (cost, pass) on the first ``proposer.check_last`` train tasks with the model
+        (evaluations counted in the budget like any other), for the synthesis chain's last step."""
+        n = self.config.proposer.check_last
+
+        def check(source: str, params: Any) -> tuple[float, float] | None:
+            m = aggregate(self.evaluate(PolicySpec("program", dict(params), source=source), self.train[:n]))
+            return (m.cost_cents_mean, m.pass_rate) if m.ok else None
+
+        return check
 
     def _hindsight(self) -> Hindsight | None:
         """The oracle's view of the train tasks for proposers that read it (``oracle.feedback``)."""

@@ -127,7 +127,7 @@ class SynthesisProposer(Proposer):
 
     def __init__(self, smoke: Sequence[Episode], hindsight: Hindsight | None = None, screen: Screen | None = None,
                  candidates: int = 6, known: set[str] | None = None, inner: int = 1,
-                 tools: Sequence[str] | None = None) -> None:
+                 tools: Sequence[str] | None = None, check: Screen | None = None) -> None:
         super().__init__()
         self.tool_names = list(tools) if tools is not None else None
         self.smoke = list(smoke)
@@ -136,6 +136,7 @@ class SynthesisProposer(Proposer):
         self.screen = screen
         self.candidates = candidates
         self.inner = inner
+        self.check = check
         self.known: set[str] = known if known is not None else set()
         self.bandit: UCB1 | None = None
         self.points: list[tuple[float, float]] = []  # proxy points of screened programs (the screen's front)
@@ -169,10 +170,13 @@ class SynthesisProposer(Proposer):
     def _chain(self, made: tuple[str, str, dict[str, Any]], op: str, parent: ParentView, rng: random.Random,
                seen: set[str]) -> tuple[str, list[str]]:
         """``inner - 1`` more zero-forward steps from what ``op`` made (grow, protect or prune, as the
-        hindsight suggests), each kept when its screened point is at least as good; returns the final
-        source and every step's note. Only the first operator is credited (its arm gets the reward)."""
+        hindsight suggests), each kept when its screened point is at least as good; with ``check`` (the
+        model on a few train tasks), the last kept step is kept only when the model finds it loses no
+        probe and costs no more than the program before it. Returns the final source and every kept
+        step's note. Only the first operator is credited (its arm gets the reward)."""
         source, note, params = made
         notes = [f"{op}: {note}"]
+        before: tuple[str, dict[str, Any]] | None = None
         point = self._best_point(source, params)[0] if self.screen is not None else None
         for _ in range(self.inner - 1):
             step = rng.choice(("grow", "protect", "prune"))
@@ -184,9 +188,24 @@ class SynthesisProposer(Proposer):
             if point is not None and new_point is not None and (new_point[1] < point[1] or (
                     new_point[1] == point[1] and new_point[0] > point[0])):
                 continue  # the step made it worse at zero forwards
+            before = (source, params)
             source, params, point = nxt[0], nxt[2], new_point
             notes.append(f"{step}: {nxt[1]}")
+        if self.check is not None and before is not None:
+            source, params, notes = self._check_last(before, (source, params), notes)
         return source, notes
+
+    def _check_last(self, before: tuple[str, dict[str, Any]], after: tuple[str, dict[str, Any]],
+                    notes: list[str]) -> tuple[str, dict[str, Any], list[str]]:
+        """The chain's result, or the program before its last step when the model (``check``) finds
+        that step loses a probe or adds cost; the verdict is recorded in ``stats.checks``."""
+        assert self.check is not None
+        was, now = self.check(*before), self.check(*after)
+        keep = was is None or (now is not None and now[1] >= was[1] and now[0] <= was[0])
+        self.stats.checks.append({"step": notes[-1][:200], "before": was, "after": now, "kept": keep})
+        if keep:
+            return (*after, notes)
+        return (*before, [*notes[:-1], f"(model check undid: {notes[-1][:160]})"])
 
     def edit(self, op: str, parent: ParentView, rng: random.Random,
              seen: set[str]) -> tuple[str, str, dict[str, Any]] | None:

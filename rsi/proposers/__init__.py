@@ -21,7 +21,7 @@ __all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerSt
 
 
 def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path, *,
-                  hindsight: Hindsight | None = None, screen: Screen | None = None,
+                  hindsight: Hindsight | None = None, screen: Screen | None = None, check: Screen | None = None,
                   known: set[str] | None = None, source_of: Callable[[str], str] | None = None) -> Proposer:
     """The proposer ``config.proposer.kind`` names. ``hindsight`` (the oracle on train), ``screen``
     (zero-forward scoring) and ``known`` (behaviour fingerprints of the search's programs) guide the
@@ -45,7 +45,8 @@ def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path,
     if kind == "synthesis":
         from rsi.cache.synthesis import SynthesisProposer
 
-        return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known, config.proposer.inner)
+        return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known, config.proposer.inner,
+                                 check=check if config.proposer.check_last > 0 else None)
     if kind == "none":
         from rsi.proposers.tuning import TuningOnly
 

@@ -64,6 +64,8 @@ class ProposerStats:
     usd: float = 0.0
     budget_exhausted: bool = False
     operators: dict[str, dict[str, int]] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    """Model checks of a proposal's last edit (the synthesis chain's ``proposer.check_last``) and their verdicts."""
 
     @property
     def validity_rate(self) -> float:
@@ -73,7 +75,8 @@ class ProposerStats:
         return {"attempts": self.attempts, "valid": self.valid, "validity_rate": self.validity_rate,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "usd": self.usd,
                 "budget_exhausted": self.budget_exhausted,
-                "operators": {k: dict(v) for k, v in sorted(self.operators.items())}}
+                "operators": {k: dict(v) for k, v in sorted(self.operators.items())},
+                **({"checks": list(self.checks)} if self.checks else {})}
 
 
 class Proposer(abc.ABC):

@@ -146,3 +146,28 @@ def test_the_report_names_harm_first(coding):
     keep_all = [{} for _ in fs]
     assert all(r["harm"] == 0 and r["kept_but_not_needed"] for r in report(h, keep_all, fs))
     assert drops_of({"drop_message": {"5": [1, 2], "7": [1]}}) == {1: 5, 2: 5}
+
+
+@pytest.mark.parametrize("after_pass, kept", [(1.0, True), (0.5, False)])
+def test_the_model_check_of_the_chains_last_step_keeps_it_only_when_no_probe_is_lost(coding, after_pass, kept):
+    """``check`` (the model on a few train tasks) sees the program before the chain's last step and
+    after it; a step that loses a probe there is undone, one that loses none is kept (issue 41)."""
+    _, h = coding
+    calls: list[tuple[str, dict]] = []
+
+    def check(source, params):
+        calls.append((source, dict(params)))
+        return (1.0, 1.0) if len(calls) % 2 == 1 else (1.0, after_pass)
+
+    p = SynthesisProposer(list(h.episodes[:1]), h, screen=lambda s, q: (1.0, 1.0), candidates=4, inner=3,
+                          check=check)
+    parent = _parent(seed_source("rolling_drop"), {"keep_tool_responses": 24})
+    out = p.propose([parent], Archive(), 2, random.Random(5), set())
+    assert out and calls and len(calls) == 2 * len(p.stats.checks)
+    assert all(c["kept"] is kept for c in p.stats.checks)
+    checked = {calls[2 * k + 1][0]: calls[2 * k][0] for k in range(len(p.stats.checks))}  # after -> before
+    for proposal in out:
+        if kept:
+            assert proposal.source in checked and "model check undid" not in proposal.note
+        else:
+            assert proposal.source in checked.values() and "model check undid" in proposal.note
