@@ -576,7 +576,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("export", help="write a chosen policy as a standalone module")
     x.add_argument("run_dir")
-    x.add_argument("--pick", default="best", help="candidate id, label, or 'best'")
+    x.add_argument("--pick", default="best",
+                   help="candidate id, label, 'best' (the highest held-out pass, then the lowest cost) or "
+                        "'headline' (the choice headline.json reports, made on train; cache-policy runs)")
     x.add_argument("--out", required=True)
     x.add_argument("--format", default="module", choices=["module", "akv-harness"],
                    help="module: decide(messages) / apply(body); akv-harness: the public AKV policy interface, "

@@ -170,7 +170,7 @@ def export_pick(run_dir: Path, name: str, out: Path, format: str = "module", fra
 
     if is_survival_run(run_dir):  # akv survival-search --evolve writes a survival archive
         return export_survival_pick(run_dir, name, out, format)
-    c = pick(load_archive(run_dir), name)
+    c = pick(load_archive(run_dir), headline_choice(run_dir) if name == "headline" else name)
     if c.spec == "program":
         policy = Policy.from_program(_source(run_dir, c), c.params)
     else:

@@ -110,3 +110,11 @@ def test_a_run_without_a_headline_picks_best_and_says_so(tmp_path, capsys):
     run = fake_run(tmp_path / "run")
     assert headline_choice(Path(run)) == "best"
     assert "no headline.json yet" in capsys.readouterr().out
+
+
+def test_export_takes_the_headline_pick(finished, tmp_path):
+    from rsi.cache.export import headline_choice, load_archive, pick
+
+    assert main(["export", str(finished), "--pick", "headline", "--out", str(tmp_path / "p.py")]) == 0
+    chosen = pick(load_archive(finished), headline_choice(finished))
+    assert f"program {chosen.program[:12]}" in (tmp_path / "p.py").read_text()
