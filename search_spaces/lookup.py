@@ -54,7 +54,11 @@ class Registry(Generic[F]):
             return self.families[name]
         except (KeyError, TypeError):
             one, many = self.what
-            raise UnknownPolicyError(f"unknown {one} {show(name)}; valid {many}: {', '.join(self.names())}",
+            hint = ""
+            if isinstance(name, str) and ":" in name and name.split(":", 1)[0] in ("seed", "expert"):
+                hint = (f" ({name!r} reads as a search candidate's label: evaluate it with akv eval --run RUN_DIR "
+                        f"--pick {name}; akv list candidates RUN_DIR lists them)")
+            raise UnknownPolicyError(f"unknown {one} {show(name)}; valid {many}: {', '.join(self.names())}{hint}",
                                      field=self.field, value=name) from None
 
     def build(self, name: Any, params: dict[str, Any], *, program: Callable[[str, dict[str, Any]], P],

@@ -24,3 +24,14 @@ def test_key_value_items_and_a_json_object_give_the_same_parameters():
 def test_bad_items_are_one_error_naming_the_item(items, words):
     with pytest.raises(ParameterError, match=words.replace("[", r"\[")):
         parse_params(items)
+
+
+def test_a_candidate_label_given_as_a_policy_name_says_where_it_belongs():
+    from search_spaces.cache.registry import get_policy
+    from search_spaces.errors import UnknownPolicyError
+
+    with pytest.raises(UnknownPolicyError, match=r"search candidate's label: evaluate it with akv eval --run"):
+        get_policy("seed:rolling_drop")
+    with pytest.raises(UnknownPolicyError) as err:
+        get_policy("rolling")
+    assert "candidate" not in str(err.value)
