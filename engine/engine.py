@@ -104,8 +104,11 @@ SCORE_GROUP_TOKENS = 256
 """Candidate tokens :meth:`Engine.score` puts through the model in one forward pass (bounds its memory)."""
 SCORE_GROUP_SIZE = 16
 """Candidates in one forward pass (each holds its own view of the history while attending)."""
-SCORE_LOGIT_ROWS = 16
-"""Rows of vocabulary-sized logits alive at once while scoring."""
+SCORE_LOGIT_ROWS = 128
+"""Rows of vocabulary-sized logits alive at once while scoring: 128 x 262,144 float32s (134 MB) for
+gemma's vocabulary. Each chunk reads the whole LM head once, so larger chunks read it fewer times:
+scoring a conversation's 1,519 recorded assistant tokens (probe-free fidelity) took 1.8x less time
+at 128 rows than at 16, with identical log-likelihoods (rows are independent in the product)."""
 
 
 @dataclass(frozen=True)
