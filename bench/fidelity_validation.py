@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--model", default=None, help="measure fidelity with this model instead of the runs' (a smoke test)")
     p.add_argument("--limit", type=int, default=None, help="only the first N policies (a smoke test)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                   help="the engine's dtype for the fidelity (default: the runs'; their probe results stay theirs)")
     p.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (one per family first)")
     args = p.parse_args(argv)
     config, tasks, policies = collect(args.runs)
@@ -120,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(specs)} policies on {len(tasks)} train tasks of {config.data.suite} ({config.model.name}, "
           f"{config.dtype}, frame guard {config.eval.frame_guard})", flush=True)
     t0 = time.perf_counter()
-    eng = Engine.from_pretrained(model, template=config.model.template, dtype=getattr(torch, config.dtype))
+    dtype = args.dtype or config.dtype
+    eng = Engine.from_pretrained(model, template=config.model.template, dtype=getattr(torch, dtype))
     replay = Replay(eng, config.eval_config())
     fid: dict[str, list[LogFidelity]] = {s.display: [] for s in specs}
     for task in tqdm(tasks, desc="tasks", unit="task"):
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{bound}: facts asked only later")
     out = Path(args.out) if args.out else RESULTS / f"fidelity-validation-{config.data.suite}.json"
     write_result(out, {"runs": [str(r) for r in args.runs], "suite": config.data.suite,
-                       "tasks": [t.id for t in tasks], "model": model, "dtype": config.dtype,
+                       "tasks": [t.id for t in tasks], "model": model, "dtype": dtype, "probe_dtype": config.dtype,
                        "frame_guard": config.eval.frame_guard, "bound": bound, "policies": len(labels),
                        "correlations": corr, "rows": rows, "probe_lost_within_bound": misses,
                        "seconds": time.perf_counter() - t0,
