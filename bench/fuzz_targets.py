@@ -116,8 +116,9 @@ def run(target: str, data: bytes, engine: Any = None) -> None:
         raise ValueError(f"unknown fuzz target {target!r}; choose from {', '.join(TARGETS)}")
 
 
-def seeds(target: str) -> list[bytes]:
-    """Valid inputs the fuzzer starts from (the project's sample files; a saved session for ``snapshot``)."""
+def seeds(target: str, engine: Any = None) -> list[bytes]:
+    """Valid inputs the fuzzer starts from (the project's sample files; a session saved by ``engine``,
+    a tiny-random one by default, for ``snapshot``)."""
     docs = ROOT / "docs" / "examples"
     if target == "openai":
         return [(docs / n).read_bytes() for n in ("openai-chat.jsonl", "live-qwen-pages.openai.jsonl")]
@@ -137,9 +138,7 @@ def seeds(target: str) -> list[bytes]:
             {"model": "m", "messages": chat, "drop_message": {"3": [3]}, "reposition": [[3, 0]], "stop": ["\n"]},
         )]
     if target == "snapshot":
-        from engine import Engine
-
-        eng = Engine.from_pretrained("tiny-random")
+        eng = engine if engine is not None else tiny_engine()
         msgs = [{"role": "user", "content": "Read page 1."}, {"role": "assistant", "content": "It says Tidemark."}]
         with tempfile.TemporaryDirectory(dir=_TMP) as d:
             eng.save_session(msgs, None, Path(d) / "s.safetensors")

@@ -21,7 +21,7 @@ def test_every_input_that_once_crashed_is_now_handled(tiny, target, path):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_seeds_run_and_a_byte_soup_is_refused(tiny, target):
-    for data in seeds(target):
+    for data in seeds(target, tiny):
         run(target, data, engine=tiny)
     for junk in (b"", b"\x00\xff" * 64, b"{" * 5000, b'{"messages": [{"role": {}}]}', b"[]"):
         run(target, junk, engine=tiny)
@@ -39,7 +39,7 @@ def test_a_crash_inside_a_parser_is_not_swallowed(tiny, monkeypatch):
     import evals.tasks.logs
     monkeypatch.setattr(evals.tasks.logs, "normalize_message", broken)
     with pytest.raises(KeyError, match="planted"):
-        run("openai", seeds("openai")[0], engine=tiny)
+        run("openai", seeds("openai", tiny)[0], engine=tiny)
 
 
 def test_a_refused_snapshot_that_changed_the_tree_is_a_crash(tiny, monkeypatch):
@@ -54,7 +54,7 @@ def test_a_refused_snapshot_that_changed_the_tree_is_a_crash(tiny, monkeypatch):
     before = tree_state(tiny)
     try:
         with pytest.raises(Broken, match="changed the engine's tree"):
-            run("snapshot", seeds("snapshot")[0], engine=tiny)
+            run("snapshot", seeds("snapshot", tiny)[0], engine=tiny)
     finally:
         tiny.tree.pool_used = before[1]
     assert fuzz_targets.tree_state(tiny) == before
