@@ -54,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(RESULTS / "fuzz.json"))
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--stats", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--work", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        return worker(args.worker, args.seconds, args.timeout, Path(args.stats))
+        return worker(args.worker, args.seconds, args.timeout, Path(args.stats), Path(args.work))
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in targets if t not in TARGETS]
     if bad or not targets:
@@ -91,8 +92,9 @@ def drive(target: str, seconds: int, timeout: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         stats = Path(d) / "stats.json"
         t0 = time.perf_counter()
+        (Path(d) / "corpus").mkdir()  # the worker's growing corpus, removed with the folder
         proc = subprocess.run([sys.executable, "-m", "bench.fuzz", "--worker", target, "--seconds", str(seconds),
-                               "--timeout", str(timeout), "--stats", str(stats)],
+                               "--timeout", str(timeout), "--stats", str(stats), "--work", str(Path(d) / "corpus")],
                               capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         wall = time.perf_counter() - t0
         report: dict[str, Any] = json.loads(stats.read_text()) if stats.exists() else {"inputs": 0, "crashes": []}
@@ -109,7 +111,7 @@ def drive(target: str, seconds: int, timeout: int) -> dict[str, Any]:
             "crashes": crashes, "corpus_before": len(before), "modules": INSTRUMENTED[target]}
 
 
-def worker(target: str, seconds: int, timeout: int, stats: Path) -> int:
+def worker(target: str, seconds: int, timeout: int, stats: Path, work: Path) -> int:
     """Fuzz ``target`` in this process (``--worker``): libFuzzer drives ``one``; crashes are kept, not fatal."""
     import atheris
 
@@ -146,7 +148,6 @@ def worker(target: str, seconds: int, timeout: int, stats: Path) -> int:
             last[0] = time.monotonic()
             write_stats()
 
-    work = Path(tempfile.mkdtemp(prefix=f"akv-fuzz-{target}-"))
     for k, s in enumerate(seeds(target) + [p.read_bytes() for p in corpus(target)]):
         (work / f"seed{k}").write_bytes(s)
         # loads what the target loads once (the engine) before the clock starts; an input that still
