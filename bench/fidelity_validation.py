@@ -119,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     model = args.model or config.model.name
     bound = float(config.eval.fidelity_bound if args.bound is None else args.bound)
     specs = [s for s, _ in policies]
-    print(f"{len(specs)} policies on {len(tasks)} train tasks of {config.data.suite} ({config.model.name}, "
-          f"{config.dtype}, frame guard {config.eval.frame_guard})", flush=True)
-    t0 = time.perf_counter()
     dtype = args.dtype or config.dtype
+    print(f"{len(specs)} policies on {len(tasks)} train tasks of {config.data.suite} ({model} in {dtype}; probe "
+          f"results in {config.dtype}; frame guard {config.eval.frame_guard})", flush=True)
+    t0 = time.perf_counter()
     eng = Engine.from_pretrained(model, template=config.model.template, dtype=getattr(torch, dtype))
     replay = Replay(eng, config.eval_config())
     fid: dict[str, list[LogFidelity]] = {s.display: [] for s in specs}
