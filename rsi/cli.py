@@ -96,12 +96,6 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_params(items: Sequence[str]) -> dict[str, Any]:
-    from search_spaces.lookup import parse_params
-
-    return parse_params(items)
-
-
 def _eval_settings(args: argparse.Namespace) -> None:
     from evals.cache.cli import fill_eval_defaults
 
@@ -136,13 +130,16 @@ def _eval(args: argparse.Namespace) -> int:
 
         picked = pick_spec(Path(args.run), args.pick or "headline")
         print(f"evaluating {picked.display} of {args.run}", flush=True)
-    return run_eval(args, _parse_params(args.params or []), picked)
+    from search_spaces.lookup import parse_params
+
+    return run_eval(args, parse_params(args.params or []), picked)
 
 
 def _live(args: argparse.Namespace) -> int:
     from evals.cache.cli import live_cli
+    from search_spaces.lookup import parse_params
 
-    return live_cli(args, _parse_params(args.params or []))
+    return live_cli(args, parse_params(args.params or []))
 
 
 def _survival_search(args: argparse.Namespace) -> int:
