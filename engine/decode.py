@@ -97,6 +97,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
         from engine.errors import AKVError
@@ -113,6 +114,10 @@ class SamplingParams:
                                       or not -(2**63) <= self.seed < 2**63):
             raise AKVError(f"seed must be an integer that fits 64 signed bits, got {self.seed!r}",
                            field="seed", value=self.seed)
+        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) \
+                or not 0 <= self.min_tokens <= self.max_tokens:
+            raise AKVError(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), "
+                           f"got {self.min_tokens!r}", field="min_tokens", value=self.min_tokens)
         if not isinstance(self.ignore_eos, bool):
             raise AKVError(f"ignore_eos must be true or false, got {self.ignore_eos!r}",
                            field="ignore_eos", value=self.ignore_eos)
@@ -124,7 +129,7 @@ class SamplingParams:
         from engine.interface import check_chat_options
 
         check_chat_options(options)
-        names = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos")
+        names = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos", "min_tokens")
         picked = {k: options[k] for k in names if k in options}
         return cls(**picked, stop=tuple(options.get("stop") or ()) + tuple(stop))
 

@@ -36,6 +36,7 @@ from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
 from engine.radix import Node, RadixTree
 from engine.schedule import Schedule, parse_schedule
 from engine.settings import settings
+from engine.toolcalls import forced_opening, message_tools
 from engine.window import ContextWindow
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ class Generation:
     cancelled: Callable[[], bool] | None
     t_start: float
     t_decode: float
+    opening: str = ""
     tokens: list[int] = field(default_factory=list)
     emitted: str = ""
     reason: str | None = None
@@ -232,6 +234,11 @@ class Engine:
             if len(ids) == 1:
                 stop_ids.add(ids[0])
         self.stop_ids = {i for i in stop_ids if i is not None}
+        # what ``min_tokens`` masks: the stops and the template's turn-opening marker (a model that
+        # opens a new turn has ended its own: Qwen writes an empty turn this way)
+        opener = self.renderer.template.turn_open
+        opener_ids = tokenizer.encode(opener, add_special_tokens=False) if opener else []
+        self.end_of_turn_ids = sorted(self.stop_ids | ({opener_ids[0]} if len(opener_ids) == 1 else set()))
 
     @classmethod
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
@@ -584,10 +591,12 @@ class Engine:
         Drive it with :meth:`step` (several generations may step together, sharing one forward
         pass) until ``done``, then call :meth:`finish`, which must always be called: it stores
         the generated KV and releases the request's locks. Arguments are those of :meth:`chat`;
-        ``prepared`` (from :meth:`prepare`) replaces ``messages``, ``schedule``, ``prefix`` and ``salt``.
+        ``prepared`` (from :meth:`prepare`) replaces ``messages``, ``schedule``, ``prefix`` and ``salt``;
+        its prefix must then end with ``tool_choice``'s opening (``engine.toolcalls.forced_opening``).
         """
         params = SamplingParams.of(options, self.renderer.template.stop)
-        prefix, salt = options.get("prefix", ""), options.get("salt")
+        opening = forced_opening(options.get("tool_choice"), message_tools(messages))
+        prefix, salt = options.get("prefix", "") + opening, options.get("salt")
         p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix, salt=salt)
         items, history = p.items, p.history
         self._check_length(history, params.max_tokens)
@@ -612,24 +621,31 @@ class Engine:
         except BaseException:
             release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
             raise
+        on_text = options.get("on_text")
+        if opening and on_text is not None:
+            on_text(opening)
         return Generation(items=items, usage=plan.usage, end=end, cache=cache, params=params,
                           sampler=Sampler(params), hidden=hidden, next_pos=history.next_pos,
-                          on_text=options.get("on_text"), cancelled=options.get("cancelled"),
-                          t_start=t0, t_decode=time.perf_counter())
+                          on_text=on_text, cancelled=options.get("cancelled"),
+                          t_start=t0, t_decode=time.perf_counter(), opening=opening)
 
     def step(self, generations: Sequence[Generation]) -> None:
         """Advance every unfinished generation by one token, with one forward pass for all."""
         live = [g for g in generations if not g.done]
         if not live:
             return
-        greedy = [g for g in live if g.sampler.greedy]
+        masked = [len(g.tokens) < g.params.min_tokens for g in live]
+        greedy = [g for g, m in zip(live, masked) if g.sampler.greedy and not m]
         if greedy:
             picks = self.model.greedy_batch(torch.stack([g.hidden for g in greedy]))
             for g, tok in zip(greedy, picks):
                 g.tokens.append(tok)
-        for g in live:
-            if not g.sampler.greedy:
-                g.tokens.append(g.sampler(self.model.logits(g.hidden[None])[0]))
+        for g, m in zip(live, masked):
+            if m or not g.sampler.greedy:
+                logits = self.model.logits(g.hidden[None])[0]
+                if m:
+                    logits[self.end_of_turn_ids] = float("-inf")
+                g.tokens.append(g.sampler(logits))
         advancing = [g for g in live if not self._after_token(g)]
         if not advancing:
             return
@@ -678,7 +694,7 @@ class Engine:
         usage = g.usage.with_completion(len(g.tokens))
         timings = Timings(g.t_decode - g.t_start, t_end - g.t_decode)
         self.stats.add(usage, timings)
-        return ChatResult(text, list(g.tokens), usage, g.reason or "cancelled", timings)
+        return ChatResult(g.opening + text, list(g.tokens), usage, g.reason or "cancelled", timings)
 
     def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
         keys, values = cache.appended(start, end)
@@ -737,3 +753,4 @@ class Engine:
         k[:, :, torch.as_tensor(rest, device=dev)] = gk
         v[:, :, torch.as_tensor(rest, device=dev)] = gv
         return k, v
+

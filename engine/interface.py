@@ -28,7 +28,15 @@ class ChatOptions(TypedDict, total=False):
             defaults and checks are those of :class:`engine.decode.SamplingParams`.
         ignore_eos: keep generating past the model's end-of-sequence tokens (as vLLM's and SGLang's
             option of that name): a benchmark or trace replay that must produce ``max_tokens``.
+        min_tokens: the first ``min_tokens`` tokens of the reply cannot end it (vLLM's option of that
+            name): the end-of-turn tokens (the tokenizer's end of sequence, the template's stop
+            tokens and its turn-opening marker) are masked until then. An agent harness sets 1 so
+            that a turn is never empty.
         prefix: text the assistant's reply starts with (a cloze lead-in); not part of the text returned.
+        tool_choice: OpenAI's: ``"auto"`` (the default), ``"none"``, ``"required"`` or
+            ``{"type": "function", "function": {"name": ...}}`` over message 0's ``tools``. The last
+            two open the reply with ``<tool_call>`` (``engine.toolcalls.forced_opening``), and the text
+            returned starts with that opening.
         on_text: called with each new piece of text as it is generated (streaming).
         cancelled: polled between tokens; when it returns True generation stops.
         salt: the tenant's cache namespace (``engine.history.Salt``): histories with different salts
@@ -42,7 +50,9 @@ class ChatOptions(TypedDict, total=False):
     seed: int | None
     stop: Sequence[str] | None
     ignore_eos: bool
+    min_tokens: int
     prefix: str
+    tool_choice: str | dict[str, Any] | None
     on_text: Callable[[str], None] | None
     cancelled: Callable[[], bool] | None
     salt: str | None

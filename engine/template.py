@@ -58,6 +58,8 @@ class ChatTemplate:
         renders_tools: write message 0's ``tools`` into the system turn (Qwen's words).
         tool_call_json: how a call's JSON is written: ``sorted`` (arguments first, keys sorted) or
             ``qwen`` (``{"name": ..., "arguments": ...}`` with the arguments' keys as given).
+        turn_open: the marker that opens every turn (one special token), or ``""``: the
+            ``min_tokens`` option masks it with the stops.
     """
 
     name: str
@@ -72,6 +74,7 @@ class ChatTemplate:
     default_system: str | None = None
     renders_tools: bool = False
     tool_call_json: str = "sorted"
+    turn_open: str = ""
 
     def parts(self, message: Mapping[str, Any], index: int) -> list[Part]:
         """Render ``message`` (already checked by :func:`normalize_message`) into its parts."""
@@ -149,6 +152,7 @@ _GEMMA = ChatTemplate(
     footer="<end_of_turn>\n",
     generation_prompt="<start_of_turn>model\n",
     stop=("<end_of_turn>",),
+    turn_open="<start_of_turn>",
 )
 
 # Role-labelled plain text: base models follow it better than turn markers (see MEASURED.md).
@@ -182,6 +186,7 @@ _CHATML = ChatTemplate(
     default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
     renders_tools=True,
     tool_call_json="qwen",
+    turn_open="<|im_start|>",
 )
 
 TEMPLATES: dict[str, ChatTemplate] = {t.name: t for t in (_GEMMA, _PLAIN, _CHATML)}

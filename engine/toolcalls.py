@@ -8,7 +8,12 @@ Small instruct models (Qwen2.5-Coder-1.5B measured) sometimes answer a tool requ
 call's bare JSON, ``{"name": ..., "arguments": {...}}``, without the tags, or inside a Markdown
 code fence. When the caller names the declared tools, a reply that is nothing but such an object
 (or a list of them) whose names are all declared tools is read as those calls too
-(``ParsedReply.untagged``); anything else stays text.
+(``ParsedReply.untagged``); anything else stays text. A last block that the end of the turn cut
+before its closing tag counts when its JSON is a whole call.
+
+OpenAI's ``tool_choice`` (:func:`forced_opening`): ``"required"`` or a named function makes the reply
+open with ``<tool_call>`` (and the function's name), so the model's next tokens are a call's JSON:
+how an agent harness keeps a small model that would otherwise end its turn in the tool loop.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+
+from engine.errors import AKVError
 
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -52,6 +59,15 @@ def _call(i: int, raw: str, obj: Any) -> dict[str, Any] | None:
             "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
 
 
+def _block_call(i: int, raw: str) -> dict[str, Any] | None:
+    """The call in one ``<tool_call>`` block's text (its JSON, or its JSON in a Markdown fence)."""
+    fenced = _FENCE.match(raw.strip())
+    try:
+        return _call(i, raw, json.loads(fenced.group(1) if fenced else raw))
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
 def _untagged(text: str, tool_names: Collection[str]) -> list[dict[str, Any]]:
     """The calls of a reply that is only a call's JSON (or a list of calls), fenced or not, whose
     names are all in ``tool_names``; empty otherwise."""
@@ -77,14 +93,16 @@ def parse_tool_calls(text: str, tool_names: Collection[str] = ()) -> ParsedReply
     tools), a reply without blocks that is only such a call's JSON counts too."""
     calls, invalid = [], []
     for i, raw in enumerate(_BLOCK.findall(text)):
-        try:
-            call = _call(i, raw, json.loads(raw))
-        except (json.JSONDecodeError, RecursionError):
-            call = None
+        call = _block_call(i, raw)
         if call is None:
             invalid.append(raw[:200])
             continue
         calls.append(call)
+    opened = text.rfind("<tool_call>")
+    if opened >= 0 and text.find("</tool_call>", opened) < 0:  # the turn ended inside a block
+        cut_call = _block_call(len(calls) + len(invalid), text[opened + len("<tool_call>"):].strip())
+        if cut_call is not None:
+            calls.append(cut_call)
     if not calls and not invalid and tool_names:
         bare = _untagged(text, tool_names)
         if bare:
@@ -116,3 +134,41 @@ def reply_message(text: str, finish_reason: str, tools_declared: bool | Collecti
             message = {"role": "assistant", "content": parsed.content or None, "tool_calls": parsed.tool_calls}
             return message, "tool_calls"
     return {"role": "assistant", "content": text}, finish_reason
+
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def message_tools(messages: Any) -> Any:
+    """The tool specs a request declares: message 0's ``tools`` (how requests carry them here)."""
+    first = messages[0] if isinstance(messages, (list, tuple)) and messages else None
+    return first.get("tools") if isinstance(first, dict) else None
+
+
+def forced_opening(tool_choice: Any, tools: Any) -> str:
+    """The text a reply must open with under OpenAI's ``tool_choice`` given the declared ``tools``:
+    ``""`` for ``None``, ``"auto"`` and ``"none"``; ``"<tool_call>\n"`` for ``"required"``; that and
+    the function's name for ``{"type": "function", "function": {"name": ...}}``.
+
+    Raises:
+        AKVError (field ``tool_choice``): another value, a call required with no tools declared,
+            or a named function that is not one of them.
+    """
+    if tool_choice is None or tool_choice in ("auto", "none"):
+        return ""
+    names = tool_names(tools)
+    if tool_choice == "required":
+        if not names:
+            raise AKVError("tool_choice: 'required' needs declared tools (the request's tools)",
+                           field="tool_choice", value=tool_choice)
+        return "<tool_call>\n"
+    fn = tool_choice.get("function") if isinstance(tool_choice, dict) and tool_choice.get("type") == "function" \
+        else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str):
+        raise AKVError(f"tool_choice must be one of {list(TOOL_CHOICES)} or {{'type': 'function', 'function': "
+                       f"{{'name': ...}}}}, got {tool_choice!r}"[:300], field="tool_choice", value=tool_choice)
+    if name not in names:
+        raise AKVError(f"tool_choice names {name!r}, which is not a declared tool ({', '.join(names) or 'none'})",
+                       field="tool_choice", value=tool_choice)
+    return f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '

@@ -503,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
     lv.add_argument("--probes", type=int, default=1, help="episodes per task (one per probe)")
     lv.add_argument("--max-steps", type=int, default=8)
     lv.add_argument("--max-tokens", type=int, default=96)
+    lv.add_argument("--tool-choice", choices=("required", "auto"), default="required",
+                    help="OpenAI tool_choice of each turn where the template declares the tools (chatml): "
+                         "'required' opens every reply with a call (answers come by submit_answer)")
     lv.add_argument("--rates", default="gpt-oss-120b")
     lv.add_argument("--run-dir", default=None, help="checkpoints (rerun to resume); default runs/live-POLICY")
     lv.add_argument("--out", default=None, help="results JSON (default RUN_DIR/live.json)")

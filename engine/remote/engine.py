@@ -52,6 +52,7 @@ from engine.plan import TokenUsage
 from engine.remote.wire import WireClient, parse_usage
 from engine.schedule import Schedule
 from engine.template import render_tool_calls
+from engine.toolcalls import forced_opening, message_tools
 
 log = logging.getLogger("akv.remote")
 PREFIX_MODES = ("field", "continue_final_message")
@@ -189,6 +190,12 @@ class RemoteEngine:
             body["stop"] = list(params.stop)
         if params.ignore_eos:
             body["ignore_eos"] = True  # the name vLLM and SGLang use too
+        if params.min_tokens:
+            body["min_tokens"] = params.min_tokens  # vLLM's and SGLang's name
+        tool_choice = options.get("tool_choice")
+        opening = forced_opening(tool_choice, message_tools(messages))  # refused here as in process
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
         t0 = time.perf_counter()
         if on_text is not None or cancelled is not None:
             streamed = self.wire.stream_chat(body, on_text, cancelled)
@@ -207,7 +214,7 @@ class RemoteEngine:
                 text, add_special_tokens=False)
             raw_usage, ttft, hung_up = answer.get("usage"), None, False
         elapsed = time.perf_counter() - t0
-        n_prompt = self._prompt_tokens(layout, prefix)
+        n_prompt = self._prompt_tokens(layout, prefix + opening)
         if hung_up:  # cancelled mid-stream: nothing is known about reuse
             usage = TokenUsage(n_prompt, n_prompt, 0, 0, 0, len(token_ids))
         else:

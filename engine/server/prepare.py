@@ -56,8 +56,9 @@ def check_early(window: ContextWindow, req: ChatRequest | ScoreRequest, limits: 
             or a prompt beyond the context window (413).
     """
     if isinstance(req, ChatRequest):
-        SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed)  # fail fast, before tokenizing
-        return _schedule(window, req.messages, req.schedule(), req.prefix, req.new_tokens())
+        SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed,  # fail fast, before tokenizing
+                       min_tokens=req.min_tokens)
+        return _schedule(window, req.messages, req.schedule(), req.reply_prefix(), req.new_tokens())
     limits.check_candidates(len(req.candidates))
     return _schedule(window, req.messages, req.schedule(), req.prefix, 1)
 
@@ -72,7 +73,8 @@ def prepare_chat(engine: Engine, req: ChatRequest, sessions: Sessions, session: 
     """
     schedule = check_early(engine.window, req, limits)
     sessions.check(session, req.messages, schedule)
-    prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, salt=salt, extra_tokens=req.new_tokens())
+    prepared = engine.prepare(req.messages, schedule, prefix=req.reply_prefix(), salt=salt,
+                              extra_tokens=req.new_tokens())
     return PreparedChat(schedule, prepared)
 
 

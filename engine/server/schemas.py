@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from engine.toolcalls import forced_opening
+
 STRICT = ConfigDict(strict=True, allow_inf_nan=False)
 MAX_STOP = 16
 """Most stop strings per request (OpenAI allows 4; each is searched for after every token)."""
@@ -76,6 +78,7 @@ class ChatRequest(ScheduleFields):
     seed: int | None = Field(default=None, ge=-SEED_RANGE, lt=SEED_RANGE)
     stop: str | list[str] | None = None
     ignore_eos: bool = False
+    min_tokens: int = Field(default=0, ge=0)
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
@@ -91,6 +94,9 @@ class ChatRequest(ScheduleFields):
     # chatml template renders them into the system turn (as Qwen's own template does); gemma and plain
     # do not: with those, list the tools in the system prompt (as the task suites do).
     tools: list[Any] | None = None
+    # OpenAI tool_choice: "auto" (default), "none" (calls stay text), "required" or a named function
+    # (the reply opens with a tool call: engine.toolcalls.forced_opening)
+    tool_choice: str | dict[str, Any] | None = None
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -112,6 +118,14 @@ class ChatRequest(ScheduleFields):
         :data:`DEFAULT_MAX_TOKENS`."""
         chosen = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         return DEFAULT_MAX_TOKENS if chosen is None else chosen
+
+    def reply_prefix(self) -> str:
+        """The text the reply starts with: ``prefix`` and ``tool_choice``'s opening.
+
+        Raises:
+            AKVError (field ``tool_choice``): a choice that needs tools the request does not declare.
+        """
+        return self.prefix + forced_opening(self.tool_choice, self.tools)
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

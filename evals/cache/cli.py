@@ -457,7 +457,8 @@ def live_cli(args: Any, params: Mapping[str, Any]) -> int:
     if args.probes < 1:
         raise AKVError(f"--probes must be >= 1 (episodes per task), got {args.probes}", field="probes",
                        value=args.probes)
-    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates)
+    config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates,
+                        tool_choice=args.tool_choice)
     tasks = select_suite(args.suite, args.split, args.limit)
     policy = None if args.policy == "full" else get_policy(args.policy, **params)
     label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))

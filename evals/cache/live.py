@@ -213,18 +213,31 @@ class LiveConfig:
         max_tokens: tokens per assistant turn.
         read_chars: characters ``read`` returns.
         rates: price point for the cost (``evals/data/rates.yaml``).
+        min_tokens: no reply ends before this many tokens (``engine.interface.ChatOptions``): with 1,
+            a model cannot answer a turn with nothing.
+        tool_choice: OpenAI's, sent each turn where the tools are declared to the endpoint (a
+            template that renders them): ``required`` (every reply opens with a call; the answer comes
+            by ``submit_answer``) or ``auto`` (the model may reply in text, which ends the episode).
     """
 
     max_steps: int = 8
     max_tokens: int = 96
     read_chars: int = 1500
     rates: str = "gpt-oss-120b"
+    tool_choice: str = "required"
+    min_tokens: int = 1
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens", "read_chars"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise AKVError(f"LiveConfig.{name} must be a positive integer, got {getattr(self, name)!r}", field=name,
                                value=getattr(self, name))
+        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise AKVError(f"LiveConfig.min_tokens must be an integer from 0 to max_tokens, got {self.min_tokens!r}",
+                           field="min_tokens", value=self.min_tokens)
+        if self.tool_choice not in ("required", "auto"):
+            raise AKVError(f"LiveConfig.tool_choice must be 'required' or 'auto', got {self.tool_choice!r}",
+                           field="tool_choice", value=self.tool_choice)
 
 
 @dataclass
@@ -315,8 +328,12 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
                 if step.tool == "read_page" and step.result is not None and not str(step.result).startswith("error"):
                     pages.read_page(step.args or {})
     else:
-        start = [{"role": "system", "content": system}, {"role": "user", "content": p.question}]
+        ask = next((str(m["content"]) for m in task.messages if m.get("role") == "user"), p.question) \
+            if pages is not None else p.question  # a paged task may ask on its last page
+        start = [{"role": "system", "content": system}, {"role": "user", "content": ask}]
         session = DurableSession.create(store, name, engine, tools, with_tool_specs(engine, start, specs))
+    declared = bool(session.messages and session.messages[0].get("tools"))
+    choice = {"tool_choice": config.tool_choice} if declared else {}
     replayed = len(session.steps)
     answer: str | None = None
     calls: list[str] = []
@@ -326,7 +343,8 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
         while steps < config.max_steps and answer is None:
             steps += 1
             schedule = policy.decide(session.messages) if policy is not None else None
-            text = session.llm(schedule=schedule, max_tokens=config.max_tokens, temperature=0.0)
+            text = session.llm(schedule=schedule, max_tokens=config.max_tokens, min_tokens=config.min_tokens,
+                               temperature=0.0, **choice)
             reply = parse_tool_calls(text, tool_names(specs))
             if not reply.tool_calls and not reply.invalid:
                 answer = reply.content or text.strip()

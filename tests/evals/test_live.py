@@ -188,7 +188,7 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
 
         def live(run: str) -> int:
             args = argparse.Namespace(suite=str(tmp_path / "tasks.jsonl"), split="all", limit=1, policy="full",
-                                      run_dir=str(tmp_path / run), out=None, max_steps=1, max_tokens=4,
+                                      run_dir=str(tmp_path / run), out=None, max_steps=1, max_tokens=4, tool_choice="required",
                                       rates="gpt-oss-120b", endpoint=srv.base_url, model="tiny-random",
                                       template="gemma", served_model=None, probes=1)
             return main_cli(args, {})

@@ -56,14 +56,16 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
         raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
     args = {"messages": req.messages, "schedule": schedule, "prepared": ready.prepared, "max_tokens": max_tokens,
             "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "stop": req.stop_list(),
-            "ignore_eos": req.ignore_eos, "prefix": req.prefix, "salt": tenant.salt}
+            "ignore_eos": req.ignore_eos, "min_tokens": req.min_tokens, "prefix": req.prefix,
+            "tool_choice": req.tool_choice, "salt": tenant.salt}
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if req.stream:
         return await _stream(s, req, args, rid, schedule, t0, sid)
     result: ChatResult = await s.run(s.new_job(req.timeout, chat=args, session=sid, tool_gap=gap))
     s.sessions.update(sid, req.messages, schedule)
     s.metrics.latency.observe(time.perf_counter() - t0)
-    message, finish = reply_message(result.text, result.finish_reason, tool_names(req.tools) if req.tools else False)
+    parse = bool(req.tools) and req.tool_choice != "none"
+    message, finish = reply_message(result.text, result.finish_reason, tool_names(req.tools) if parse else False)
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
     if req.return_token_ids:
         choice["token_ids"] = list(result.token_ids)
