@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from evals.tasks.selection import select_tasks
 from evals.tasks.storage import load_suite
 from rsi.cache.export import pick_spec
 from rsi.cache.headline import HeadlineRow, read_headline
+from rsi.config import config_from_dict
 from rsi.rundir import RunDirError, read_json
 
 
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir")
     p.add_argument("--model", required=True)
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                   help="default: the run's own with the run's model, else bfloat16")
     p.add_argument("--out", default=None)
     p.add_argument("--also", action="append", default=[], metavar="EXPERT",
                    help="a fixed expert to judge beside the headline's policies (name or name:k=v,k=v); repeatable")
@@ -67,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     if not comparisons:
         raise SystemExit(f"{run}: no headline comparisons to judge again")
     try:
-        data, ev = config["data"], config["eval"]
+        data = config["data"]
         suite, n, offset = data["suite"], int(data["heldout_tasks"]), int(data["heldout_offset"])
-        rates, scoring = ev["rates"], ev["scoring"]
-    except (KeyError, TypeError, ValueError) as err:
+        judge = judge_settings(config, args.model, args.dtype, both_scorings=args.both_scorings)
+    except (AKVError, KeyError, TypeError, ValueError) as err:
         raise SystemExit(f"bench.rejudge: {run / 'config.json'} is not a search config ({type(err).__name__}: "
                          f"{err})") from None
     tasks = select_tasks(load_suite(suite, "heldout"), n, offset=offset)
@@ -86,14 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     labels += [s.display for s in extra]
     specs += extra
     chosen = comparisons[0].policy
-    eval_config = EvalConfig(rates=rates, scoring=scoring, probe=probe_format_for(args.model),
-                             generate=scoring == "generate" or args.both_scorings,
-                             frame_guard=bool(ev.get("frame_guard")))
+    eval_config, scoring = judge.eval, judge.eval.scoring
     scorings = ["loglik", "generate"] if args.both_scorings else [scoring]
     print(f"judging {', '.join(labels)} on {len(tasks)} held-out tasks of {data['suite']} "
-          f"({tasks[0].id} .. {tasks[-1].id}) with {args.model} ({args.dtype})", flush=True)
+          f"({tasks[0].id} .. {tasks[-1].id}) with {args.model} ({judge.dtype}, template "
+          f"{judge.template or 'its own'})", flush=True)
     t0 = time.perf_counter()
-    eng = Engine.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
+    eng = Engine.from_pretrained(args.model, template=judge.template, dtype=getattr(torch, judge.dtype))
     bar = tqdm(total=len(tasks) * len(specs), desc="judging", unit="eval")
     results = evaluate(eng, specs, tasks, eval_config, on_result=lambda r: bar.update(1))
     bar.close()
@@ -132,12 +133,35 @@ def main(argv: list[str] | None = None) -> int:
     # One scoring keeps the file's earlier shape (one figure set per policy); two nest them by scoring.
     policies = figures if len(scorings) > 1 else {label: f[scorings[0]] for label, f in figures.items()}
     out = Path(args.out) if args.out else RESULTS / f"rejudge-{run.name}-{args.model}.json"
-    write_result(out, {"run": run.name, "judge": args.model, "dtype": args.dtype, "run_judge": config["model"]["name"],
+    write_result(out, {"run": run.name, "judge": args.model, "dtype": judge.dtype,
+                       "template": eng.renderer.template.name, "run_judge": config["model"]["name"],
                        "tasks": [t.id for t in tasks], "eval": eval_config.as_dict(), "policies": policies,
                        "comparisons": rows, "seconds": time.perf_counter() - t0,
                        "command": "python -m bench.rejudge " + " ".join(argv or sys.argv[1:]),
                        "per_task": [r.to_row() for r in results]})
     return 0
+
+
+@dataclass(frozen=True)
+class Judge:
+    """How the held-out tasks are judged again: evaluator settings, chat template and dtype."""
+
+    eval: EvalConfig
+    template: str | None
+    dtype: str
+
+
+def judge_settings(config: dict[str, Any], model: str, dtype: str | None = None,
+                   both_scorings: bool = False) -> Judge:
+    """The run's own settings (``SearchConfig.eval_config``, its template and dtype: what its search
+    used), judged by ``model``. Another model than the run's gets its own probe format and template,
+    and bfloat16 unless ``dtype`` says otherwise."""
+    run_config = config_from_dict(config)
+    ev = run_config.eval_config()
+    ev = replace(ev, generate=ev.generate or ev.scoring == "generate" or both_scorings)
+    if model == run_config.model.name:
+        return Judge(ev, run_config.model.template, dtype or run_config.dtype)
+    return Judge(replace(ev, probe=probe_format_for(model)), None, dtype or "bfloat16")
 
 
 def rescored(result: TaskResult, scoring: str) -> TaskResult:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
 from engine import Engine
 from engine.durable import CheckpointStore
-from engine.errors import RemoteError, RemoteUnavailableError
+from engine.errors import AKVError, RemoteError, RemoteUnavailableError
 from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
 from engine.server import ServerThread, create_app
@@ -59,12 +60,14 @@ class ScriptedModel:
     def __init__(self, replies, fail_at=None):
         self.replies, self.fail_at = list(replies), fail_at
         self.calls: list[tuple[list, dict | None]] = []
+        self.sampling: list[dict] = []
 
     def chat(self, messages, schedule=None, **sampling):
         if self.fail_at is not None and len(self.calls) == self.fail_at:
             self.fail_at = None
             raise RemoteUnavailableError("server went away", server="http://127.0.0.1:1")
         self.calls.append(([dict(m) for m in messages], schedule))
+        self.sampling.append(dict(sampling))
         return Reply(self.replies[len(self.calls) - 1])
 
 
@@ -188,9 +191,9 @@ def test_akv_live_sends_the_key_from_the_environment(tiny, tmp_path, monkeypatch
 
         def live(run: str) -> int:
             args = argparse.Namespace(suite=str(tmp_path / "tasks.jsonl"), split="all", limit=1, policy="full",
-                                      run_dir=str(tmp_path / run), out=None, max_steps=1, max_tokens=4, tool_choice="required",
-                                      rates="gpt-oss-120b", endpoint=srv.base_url, model="tiny-random",
-                                      template="gemma", served_model=None, probes=1)
+                                      run_dir=str(tmp_path / run), out=None, max_steps=1, max_tokens=4,
+                                      tool_choice="required", rates="gpt-oss-120b", endpoint=srv.base_url,
+                                      model="tiny-random", template="gemma", served_model=None, probes=1)
             return main_cli(args, {})
 
         monkeypatch.delenv("AKV_API_KEY", raising=False)
@@ -227,3 +230,23 @@ def test_a_live_run_exports_as_openai_and_atif_logs_that_import_back(tmp_path):
     # what the model saw, in order: the export is the conversation of the episode
     assert [m["content"] for m in results] == [m["content"] for m in model.calls[-1][0] if m["role"] == "tool"] + [
         results[-1]["content"]]
+
+
+def test_every_turn_asks_for_a_call_where_the_tools_are_declared(tmp_path):
+    """A template that renders tool specs gets them declared and ``tool_choice`` sent each turn
+    (required by default; auto on request); one that does not gets neither. ``min_tokens`` 1 always."""
+
+    class Declaring(ScriptedModel):
+        renderer = SimpleNamespace(template=SimpleNamespace(renders_tools=True))
+
+    for model, config, want in ((Declaring(SCRIPT), LiveConfig(), "required"),
+                                (Declaring(SCRIPT), LiveConfig(tool_choice="auto"), "auto"),
+                                (ScriptedModel(SCRIPT), LiveConfig(), None)):
+        r = run_episode(model, None, "full", TASK, 0, CheckpointStore(tmp_path / str(want)), config)
+        assert r.exact and [s.get("tool_choice") for s in model.sampling] == [want] * 4
+        assert {s["min_tokens"] for s in model.sampling} == {1}
+        assert bool(model.calls[0][0][0].get("tools")) == (want is not None)
+    for bad in ({"tool_choice": "none"}, {"min_tokens": 97}, {"min_tokens": -1}):
+        with pytest.raises(AKVError) as err:
+            LiveConfig(**bad)
+        assert err.value.field == next(iter(bad))

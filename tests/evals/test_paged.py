@@ -9,7 +9,7 @@ import pytest
 
 from engine.durable import CheckpointStore
 from evals.cache.live import Pages, run_episode
-from evals.tasks.paged import paged_suite, paged_task
+from evals.tasks.paged import END_QUESTION_ASK, paged_suite, paged_task
 from evals.tasks.schema import Task, mentions
 from search_spaces import get_policy
 from tests.evals.test_live import ScriptedModel
@@ -86,3 +86,21 @@ def test_the_generator_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     assert "is a directory" in capsys.readouterr().err and not (tmp_path / "a.jsonl").exists()
     assert main(["--out", str(tmp_path / "b.jsonl"), "--tasks", "2", "--pages", "3"]) == 0
     assert len((tmp_path / "b.jsonl").read_text().splitlines()) == 2
+
+
+def test_question_at_end_puts_the_question_on_the_last_page_only(tmp_path):
+    """The user asks to read the report; the question follows END OF REPORT; the live episode asks
+    what the task's user asked, and the probe (the replay form) asks the question itself."""
+    task = paged_task(2, 5, pages=5, fact_page=1, question_at="end")
+    start = paged_task(2, 5, pages=5, fact_page=1)
+    question = start.messages[1]["content"]
+    assert task.messages[1]["content"] == END_QUESTION_ASK and task.probes[0].question == question
+    pages = [m["content"] for m in task.messages if m["role"] == "tool"]
+    assert [question in p for p in pages] == [False] * 4 + [True]
+    assert pages[-1].endswith(f"END OF REPORT\nQuestion: {question}") and task.meta["question_at"] == "end"
+    model = ScriptedModel([read(k) for k in range(5)] + [
+        '<tool_call>{"name": "submit_answer", "arguments": {"answer": "x"}}</tool_call>'])
+    run_episode(model, None, "full", task, 0, CheckpointStore(tmp_path))
+    assert model.calls[0][0][1]["content"] == END_QUESTION_ASK
+    with pytest.raises(ValueError, match="question_at"):
+        paged_task(0, 0, question_at="middle")
