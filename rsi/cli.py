@@ -139,7 +139,17 @@ def _live(args: argparse.Namespace) -> int:
     from evals.cache.cli import live_cli
     from search_spaces.lookup import parse_params
 
-    return live_cli(args, parse_params(args.params or []))
+    if not args.run:
+        if args.pick is not None:
+            raise AKVError("--pick goes with --run RUN_DIR", field="pick", value=args.pick)
+        return live_cli(args, parse_params(args.params or []))
+    if args.params:
+        raise AKVError("--params goes with --policy; a run's candidate has its own", field="params", value=args.params)
+    from rsi.cache.export import pick_spec, run_frame_guard
+
+    picked, guard = pick_spec(Path(args.run), args.pick or "headline"), run_frame_guard(Path(args.run))
+    print(f"playing {picked.display} of {args.run}{' under its frame guard' if guard else ''}", flush=True)
+    return live_cli(args, {}, picked, frame_guard=guard)
 
 
 def _survival_search(args: argparse.Namespace) -> int:
@@ -495,7 +505,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="model for local token counts (its tokenizer) and its default template")
     lv.add_argument("--served-model", default=None, help="the request's model field (default: --model)")
     lv.add_argument("--template", default=None, help="the server's " + TEMPLATE_HELP.format(fallback="gemma"))
-    lv.add_argument("--policy", default="full")
+    who = lv.add_mutually_exclusive_group()
+    who.add_argument("--policy", default="full")
+    who.add_argument("--run", default=None, metavar="RUN_DIR",
+                     help="play a candidate of a search run (see --pick), under the run's frame guard if it had one")
+    lv.add_argument("--pick", default=None,
+                    help="with --run: 'headline' (the default), 'best', a candidate id or label")
     lv.add_argument("--params", nargs="*", default=[], help="k=v parameters of --policy")
     lv.add_argument("--suite", default="smoke", help="suite name or path of a task set on disk")
     lv.add_argument("--split", default="heldout", help="a split of the task set, or 'all'")

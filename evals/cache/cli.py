@@ -11,6 +11,7 @@ import argparse
 import ast
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -447,8 +448,11 @@ def run_log_eval(args: argparse.Namespace, specs: Sequence[PolicySpec], tasks: S
     return 0
 
 
-def live_cli(args: Any, params: Mapping[str, Any]) -> int:
-    """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON."""
+def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = None, frame_guard: bool = False) -> int:
+    """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON.
+
+    ``picked``: a run's candidate in place of ``args.policy`` and ``params``; ``frame_guard``: every
+    decision guarded as the run evaluated it (``evals.cache.guard.GuardedPolicy``)."""
     from engine.remote import RemoteEngine
     from engine.settings import settings
     from evals.cache.live import LiveConfig, run_live, summary
@@ -460,8 +464,16 @@ def live_cli(args: Any, params: Mapping[str, Any]) -> int:
     config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates,
                         tool_choice=args.tool_choice)
     tasks = select_suite(args.suite, args.split, args.limit)
-    policy = None if args.policy == "full" else get_policy(args.policy, **params)
-    label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
+    policy: Any
+    if picked is not None:
+        policy, label = picked.build(), re.sub(r"[^A-Za-z0-9_.=-]+", "-", picked.display).strip("-")
+    else:
+        policy = None if args.policy == "full" else get_policy(args.policy, **params)
+        label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
+    if frame_guard and policy is not None:
+        from evals.cache.guard import GuardedPolicy
+
+        policy, label = GuardedPolicy(policy), label + "-guarded"
     run_dir = Path(args.run_dir or f"runs/live-{label}")
     api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
     with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,

@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from engine.schedule import DropTarget, Schedule
+from engine.schedule import DropTarget, Schedule, parse_schedule
 from search_spaces.cache.decision import Decision
 from search_spaces.cache.frame_guard import FrameGuard
 
-__all__ = ["FrameGuard", "guard_decisions", "guard_schedule"]
+__all__ = ["FrameGuard", "GuardedPolicy", "guard_decisions", "guard_schedule"]
 
 
 def guard_schedule(schedule: Schedule, guard: FrameGuard, n_messages: int) -> Schedule:
@@ -61,3 +61,17 @@ def guard_decisions(messages: Sequence[Mapping[str, Any]], decisions: Mapping[in
         guarded = guard_schedule(d.schedule, guard, d.n_messages)
         out[n] = d if guarded == d.schedule else replace(d, schedule=guarded)
     return out
+
+
+class GuardedPolicy:
+    """``policy`` with every decision guarded, for a live episode (``akv live --run`` of a run
+    searched under the guard): ``decide(messages)`` gives the wire-format schedule for ``messages``."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def decide(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        wire = self.policy.decide(messages)
+        n = len(messages)
+        guarded = guard_schedule(parse_schedule(wire, n), FrameGuard([str(m.get("role", "")) for m in messages]), n)
+        return guarded.to_wire()

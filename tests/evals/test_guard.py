@@ -101,3 +101,25 @@ def test_a_search_config_refuses_a_guard_that_is_not_a_bool():
     assert config_from_dict({"eval": {"frame_guard": True}}).eval.frame_guard is True
     with pytest.raises(ConfigError, match=r"eval\.frame_guard"):
         config_from_dict({"eval": {"frame_guard": "yes"}})
+
+
+def test_a_guarded_live_policy_never_drops_the_frame_or_an_unread_message():
+    """``GuardedPolicy`` (``akv live --run`` of a guarded run) on the eager program, request by request
+    over a growing conversation: each decision meets the definition checked above, and the
+    unguarded program does drop what the guard keeps."""
+    from evals.cache.guard import GuardedPolicy
+
+    eager = PolicySpec("program", {}, source=EAGER, label="eager").build()
+    guarded = GuardedPolicy(eager)
+    messages = [{"role": r, "content": f"{r} message {i} " * 8} for i, r in enumerate(ROLES)]
+    unguarded_harm = False
+    for n in range(3, len(messages) + 1):
+        seen = messages[:n]
+        for t, targets in parse_schedule(guarded.decide(seen), n).drops:
+            for target in targets:
+                m = target.message
+                assert m not in (0, 1) and (ROLES[m] == "assistant" or "assistant" in ROLES[m + 1:t + 1]), (n, t, m)
+        raw = parse_schedule(eager.decide(seen), n)
+        unguarded_harm |= any(target.message in (0, 1) or "assistant" not in ROLES[target.message + 1:t + 1]
+                              for t, targets in raw.drops for target in targets if ROLES[target.message] != "assistant")
+    assert unguarded_harm

@@ -118,3 +118,28 @@ def test_export_takes_the_headline_pick(finished, tmp_path):
     assert main(["export", str(finished), "--pick", "headline", "--out", str(tmp_path / "p.py")]) == 0
     chosen = pick(load_archive(finished), headline_choice(finished))
     assert f"program {chosen.program[:12]}" in (tmp_path / "p.py").read_text()
+
+
+def test_live_plays_a_runs_candidate_and_its_frame_guard(finished, tiny_plain, tmp_path, capsys, monkeypatch):
+    """``akv live --run RUN`` plays the headline's choice against a real server (its label names the
+    candidate), guarded when the run was searched under the frame guard; ``--pick`` needs ``--run``."""
+    import rsi.cache.export
+    from engine.server import ServerThread, create_app
+    from rsi.cache.export import headline_choice, pick_spec
+    from tests.engine.test_engine import fresh
+
+    chosen = pick_spec(finished, headline_choice(finished)).display
+    with ServerThread(create_app(fresh(tiny_plain), snapshot_dir=tmp_path / "snaps")) as srv:
+        base = ["live", "--endpoint", srv.base_url, "--model", "tiny-random", "--template", "plain", "--suite",
+                "smoke", "--limit", "1", "--max-steps", "2", "--max-tokens", "4"]
+        assert main([*base, "--run", str(finished), "--run-dir", str(tmp_path / "plain")]) == 0
+        said = capsys.readouterr().out
+        assert f"playing {chosen} of" in said and "frame guard" not in said.split("\n")[0]
+        label = json.loads((tmp_path / "plain" / "live.json").read_text())["policy"]
+        assert label == chosen.replace(":", "-")
+        monkeypatch.setattr(rsi.cache.export, "run_frame_guard", lambda run: True)
+        assert main([*base, "--run", str(finished), "--run-dir", str(tmp_path / "guarded")]) == 0
+        assert "under its frame guard" in capsys.readouterr().out
+        assert json.loads((tmp_path / "guarded" / "live.json").read_text())["policy"].endswith("-guarded")
+    assert main([*base, "--pick", "best"]) == 2 and "--pick goes with --run" in capsys.readouterr().err
+    assert main([*base, "--run", str(finished), "--params", "k=1"]) == 2
