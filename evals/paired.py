@@ -13,7 +13,11 @@ Their 95% intervals come from the paired bootstrap: ``samples`` times, draw ``n`
 uniformly with replacement (one draw serves both policies, so a task's pair stays together),
 recompute both statistics on the draw; the interval is the 2.5th and 97.5th percentile of those
 values (numpy's default linear interpolation). Draws come from ``numpy.random.default_rng(seed)``,
-so the same inputs and seed give the same intervals.
+so the same inputs and seed give the same intervals. These are the intervals of
+``scipy.stats.bootstrap(..., paired=True, method="percentile")`` up to resampling noise
+(tests/evals/test_paired.py); every result reports percentile intervals, not BCa. The draw is this
+module's own because pooling needs a stratified resample, which scipy's does not offer; the
+survival track (traces) and probe-free fidelity (conversations) draw with :func:`stratified_draws` too.
 
 Several independent comparisons (for example the policy each of several searches chose, each
 against the same expert on its own held-out tasks) pool with :func:`pooled_bootstrap`: the same

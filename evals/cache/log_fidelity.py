@@ -131,11 +131,13 @@ def measure(replay: Any, specs: Sequence[Any], task: Any, *, first_tokens: bool 
 def _interval(values: Any, samples: int, seed: int, statistic: Any) -> tuple[float, float]:
     import numpy as np
 
+    from evals.paired import stratified_draws
+
     n = len(values[0])
     if n < 2:
         v = statistic(*values)
         return v, v
-    idx = np.random.default_rng(seed).integers(0, n, size=(samples, n))
+    idx = stratified_draws([n], samples, seed)  # the paired bootstrap's draw (evals.paired)
     stats = np.array([statistic(*(a[i] for a in values)) for i in idx])
     return float(np.percentile(stats, 2.5)), float(np.percentile(stats, 97.5))
 
