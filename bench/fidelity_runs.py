@@ -28,7 +28,7 @@ from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.cache.export import load_archive
 from rsi.metrics import aggregate
-from rsi.rundir import read_json
+from rsi.rundir import RunDir
 
 OUT = Path("bench/results/fidelity-runs.json")
 
@@ -120,8 +120,8 @@ def _scores(model: list[float], predicted: list[float]) -> dict[str, float]:
 
 def rescore(run: Path, engine: DryEngine) -> dict[str, Any]:
     """One run's policies predicted under both rules (module docstring)."""
-    config = read_json(run / "config.json", dict)
-    train = select_tasks(load_suite(config["data"]["suite"], "train"), int(config["data"]["train_tasks"]))
+    config = RunDir(run).cache_config
+    train = select_tasks(load_suite(config.data.suite, "train"), config.data.train_tasks)
     controls, policies = run_policies(run, train)
     full, dropped = controls["expert:full"], controls[DIAGNOSTIC]
     eval_config = EvalConfig(generate=False)
@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     engines: dict[tuple[str, str], DryEngine] = {}
     for run in args.runs:
         try:
-            model = read_json(run / "config.json", dict)["model"]
-            key = (model["name"], model.get("template", "plain"))
+            judge = RunDir(run).cache_config.model
+            key = (judge.name, judge.template)
             engine = engines.get(key) or engines.setdefault(key, DryEngine.load(*key))
             rows.append(rescore(run, engine))
         except (AKVError, KeyError, TypeError) as err:

@@ -37,8 +37,7 @@ from evals.cache.fidelity import spearman
 from evals.cache.log_fidelity import LogFidelity, measure, passes
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
-from rsi.config import config_from_dict
-from rsi.rundir import read_json
+from rsi.rundir import RunDir
 
 STATISTICS = ("mean_delta", "worst_delta", "bound_pass")
 
@@ -53,7 +52,7 @@ def collect(runs: list[Path]) -> tuple[Any, list[Task], list[tuple[PolicySpec, l
     first = None
     seen: dict[str, tuple[PolicySpec, list[TaskResult]]] = {}
     for run in runs:
-        config = config_from_dict(read_json(run / "config.json", dict))
+        config = RunDir(run).cache_config
         train = select_tasks(load_suite(config.data.suite, "train"), config.data.train_tasks)
         what = (config.data.suite, [t.id for t in train], config.model.name, config.model.template, config.dtype,
                 config.eval_config().as_dict())

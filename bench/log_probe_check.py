@@ -22,8 +22,7 @@ from evals.cache.evaluator import PolicySpec, evaluate
 from evals.paired import pair_results, paired_bootstrap
 from evals.tasks import load_suite
 from rsi.cache.export import load_archive, spec_of
-from rsi.config import config_from_dict
-from rsi.rundir import read_json
+from rsi.rundir import RunDir, read_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = args.run_dir
     pick = read_json(run / "pick.json", dict)
-    config = config_from_dict(read_json(run / "config.json", dict))
+    config = RunDir(run).cache_config
     by_id = {t.id.replace("/", "-"): t for t in load_suite(args.suite, args.split)}
     missing = [i for i in pick["heldout_tasks"] if i not in by_id]
     if missing:

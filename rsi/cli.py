@@ -257,9 +257,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _pool(args: argparse.Namespace) -> int:
     from rsi.cache.pooling import pool_runs, pooled_lines, write_pooled
-    from rsi.survival.pooling import is_survival_run
+    from rsi.rundir import RunDir
 
-    survival = [is_survival_run(Path(r)) for r in args.run_dirs]
+    survival = [RunDir(r).is_survival for r in args.run_dirs]
     if any(survival):
         if not all(survival):
             mixed = next(r for r, s in zip(args.run_dirs, survival, strict=True) if not s)
@@ -290,9 +290,15 @@ def _show_pooled(args: argparse.Namespace, what: str, note: str, lines: list[str
 
 def _export(args: argparse.Namespace) -> int:
     from rsi.cache.export import export_pick, run_frame_guard
+    from rsi.rundir import RunDir
 
     guard = True if args.frame_guard else run_frame_guard(Path(args.run_dir))
-    path = export_pick(Path(args.run_dir), args.pick, Path(args.out), args.format, guard)
+    if RunDir(args.run_dir).is_survival:  # akv survival-search --evolve
+        from rsi.survival.export import export_survival_pick
+
+        path = export_survival_pick(Path(args.run_dir), args.pick, Path(args.out), args.format)
+    else:
+        path = export_pick(Path(args.run_dir), args.pick, Path(args.out), args.format, guard)
     print(f"exported {args.pick} to {path} ({args.format}{', frame guard on' if guard else ''})")
     return 0
 

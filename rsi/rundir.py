@@ -7,6 +7,9 @@ search writes goes through :func:`write_json` / :func:`write_text` (temporary fi
 rename): a kill leaves the old file or the new one, never half of one. The evaluation store
 (``evaluations.jsonl``) has its own checks (``rsi.store``). Not for the run's databases (Optuna,
 MLflow), beyond :func:`check_sqlite`.
+
+:class:`RunDir` is the one place that says what a run directory is: its track (cache or survival
+search) and its typed config, read once.
 """
 
 from __future__ import annotations
@@ -16,10 +19,23 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import AKVError, show
 from engine.files import atomic_write, read_text
+
+if TYPE_CHECKING:
+    from rsi.config import SearchConfig
+    from rsi.survival.config import EvolveConfig
+
+CACHE = "cache"
+"""The cache-policy search's track (``akv search``: ``rsi.cache.search.Search``)."""
+SURVIVAL = "survival"
+"""The survival-policy evolution's track (``akv survival-search --evolve``: ``rsi.survival.evolve``)."""
+TRACKS = (CACHE, SURVIVAL)
+CONFIG_FILE = "config.json"
+RUN_FILE = "run.json"
+"""The run's own record, written when it starts: ``{"track": "cache" | "survival"}``."""
 
 
 class RunDirError(AKVError):
@@ -98,26 +114,175 @@ def check_sqlite(path: str | Path) -> None:
 
 class RunDir:
     """All the state of one search run directory behind one object, as Optuna keeps a study's
-    behind its storage: where every file lives, checked reads, atomic writes, the resume checks.
+    behind its storage: where every file lives, checked reads, atomic writes, the resume checks,
+    and what the run is: its :attr:`track` and its typed config (:attr:`config`).
 
     Layout::
 
-        config.json  state.json  search.log  evaluations.jsonl (rsi.store)
+        run.json  config.json  state.json  search.log  evaluations.jsonl (rsi.store)
         programs/<sha256>.py     proposals/g<N>.json
         archive.json  pareto.json  headline.json  niches.json  fidelity.json  proposer_stats.json
         replicas.json  report.html  optuna.db  optuna-proxy.journal  mlflow.db  mlflow_runs.json
+
+    What marks each track:
+
+    - ``run.json`` ``{"track": ...}``: the record each track writes when a run starts
+      (:meth:`record_track`, from ``Search`` and ``SurvivalEvolution``); it decides when present.
+    - A survival run (``rsi.survival.evolve.SurvivalEvolution``) writes ``config.json`` as
+      ``rsi.survival.config.EvolveConfig.to_dict`` (top-level ``train`` and ``heldout`` trace sets and
+      ``families``), an ``archive.json`` with ``"kind": "survival"`` and a ``headline.json`` with
+      ``"unit": "trace"``.
+    - A cache run (``rsi.cache.search.Search``) writes ``config.json`` as
+      ``rsi.config.SearchConfig.to_dict`` (sections ``model``, ``data``, ``eval``...; no ``families``),
+      an ``archive.json`` without ``kind`` and a ``headline.json`` of per-task ``comparisons``.
+
+    A directory without ``run.json`` (a run started before the record existed) is a survival run when
+    any of the survival marks is there, which no cache run writes: ``config.json`` names
+    ``families``, ``archive.json`` says ``"kind": "survival"``, ``headline.json`` says
+    ``"unit": "trace"`` (the rule of the two ``is_survival_run`` this replaces: the archive's
+    kind; the headline's unit or the config's families). Anything else is a cache run. A file that
+    is missing or unreadable marks nothing here; reading the config says what is wrong with it.
 
     Nothing here knows the search's logic; ``rsi.cache.search.Search`` decides what to write and when.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._raw: dict[str, Any] | None = None
+        self._track: str | None = None
+        self._config: Any = None
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name
 
     def __str__(self) -> str:
         return str(self.path)
+
+    # ------------------------------------------------------------------ what the run is
+
+    @property
+    def config_path(self) -> Path:
+        return self / CONFIG_FILE
+
+    def has_config(self) -> bool:
+        """Whether the run has written its ``config.json`` (a search writes it as it starts)."""
+        return self.config_path.is_file()
+
+    def raw_config(self) -> dict[str, Any]:
+        """``config.json`` as the run wrote it (read once; the caller must not change it).
+
+        Raises:
+            RunDirError: the directory holds no ``config.json``, or it is not a JSON object (naming
+                the file and the line).
+        """
+        if self._raw is None:
+            if not self.has_config():
+                raise RunDirError(f"{self.path} is not a search run directory: it holds no {CONFIG_FILE}",
+                                  field="run_dir", value=str(self.path))
+            self._raw = read_json(self.config_path, dict)
+        return self._raw
+
+    @property
+    def track(self) -> str:
+        """:data:`CACHE` or :data:`SURVIVAL` (how it is decided: the class docstring).
+
+        Raises:
+            RunDirError: a ``run.json`` that is not ``{"track": "cache" | "survival"}``.
+        """
+        if self._track is None:
+            self._track = self._recorded_track() or self._marked_track()
+        return self._track
+
+    @property
+    def is_survival(self) -> bool:
+        return self.track == SURVIVAL
+
+    def _recorded_track(self) -> str | None:
+        path = self / RUN_FILE
+        if not path.exists():
+            return None
+        track = read_json(path, dict).get("track")
+        if track not in TRACKS:
+            raise RunDirError(f"{path}: 'track' must be one of {', '.join(TRACKS)}, got {show(track)}",
+                              field=str(path), value=show(track))
+        return str(track)
+
+    def _marked_track(self) -> str:
+        def peek(name: str) -> dict[str, Any]:
+            try:
+                return self.raw_config() if name == CONFIG_FILE else read_json(self / name, dict)
+            except RunDirError:
+                return {}
+
+        marked = ("families" in peek(CONFIG_FILE) or peek("archive.json").get("kind") == SURVIVAL
+                  or peek("headline.json").get("unit") == "trace")
+        return SURVIVAL if marked else CACHE
+
+    def record_track(self, track: str) -> None:
+        """Write ``run.json`` for a run of ``track`` starting here (kept when it says the same).
+
+        Raises:
+            RunDirError: the directory already records a run of the other track.
+        """
+        if track not in TRACKS:
+            raise ValueError(f"track must be one of {TRACKS}, got {track!r}")
+        recorded = self._recorded_track()
+        if recorded is not None and recorded != track:
+            raise RunDirError(f"{self / RUN_FILE}: {self.path} holds a {recorded} run, not a {track} one; use a new "
+                              "run directory", field="run_dir", value=str(self.path))
+        if recorded is None:
+            self.write(RUN_FILE, {"track": track})
+        self._track = track
+
+    @property
+    def config(self) -> SearchConfig | EvolveConfig:
+        """The run's config, typed by its track (:attr:`cache_config` or :attr:`survival_config`)."""
+        return self.survival_config if self.is_survival else self.cache_config
+
+    @property
+    def cache_config(self) -> SearchConfig:
+        """The cache search's ``rsi.config.SearchConfig`` (read once).
+
+        Raises:
+            RunDirError: a survival run, no ``config.json``, or one that is not a valid search config
+                (naming the file and the field).
+        """
+        from rsi.config import config_from_dict
+
+        self._expect(CACHE)
+        if self._config is None:
+            self._config = self._parse(config_from_dict)
+        return self._config
+
+    @property
+    def survival_config(self) -> EvolveConfig:
+        """The survival evolution's ``rsi.survival.config.EvolveConfig`` (read once).
+
+        Raises:
+            RunDirError: a cache run, no ``config.json``, or one that is not a survival config.
+        """
+        from rsi.survival.config import config_from_dict_json
+
+        self._expect(SURVIVAL)
+        if self._config is None:
+            self._config = self._parse(config_from_dict_json)
+        return self._config
+
+    def _expect(self, track: str) -> None:
+        if self.track != track:
+            raise RunDirError(f"{self.path} holds a {self.track} run, not a {track} one", field="run_dir",
+                              value=str(self.path))
+
+    def _parse(self, parse: Callable[[dict[str, Any]], Any]) -> Any:
+        raw = self.raw_config()
+        try:
+            return parse(raw)
+        except AKVError as err:
+            raise RunDirError(f"{self.config_path}: {err}", field=str(self.config_path),
+                              value=getattr(err, "value", None)) from err
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise RunDirError(f"{self.config_path}: not a {self.track} config ({type(err).__name__}: {err})",
+                              field=str(self.config_path), value=None) from err
 
     # ------------------------------------------------------------------ resume
 
@@ -137,7 +302,7 @@ class RunDir:
             raise RunDirError(f"{path}: 'attempt' must be a non-negative integer, got {show(attempt)}",
                               field="attempt", value=attempt)
         state["attempt"] += 1
-        stored = self / "config.json"
+        stored = self.config_path
         if stored.exists() and normalize(read_json(stored, dict)) != json.loads(json.dumps(config)):
             raise RunDirError(f"{self.path} holds a run with another config; use a new run directory",
                               field="run_dir", value=str(self.path))
@@ -172,6 +337,8 @@ class RunDir:
     def write(self, name: str, data: Any) -> Path:
         """Replace the JSON file ``name`` (a path relative to the run directory) atomically."""
         write_json(self / name, data)
+        if name in (CONFIG_FILE, RUN_FILE):  # read again when next asked
+            self._raw, self._track, self._config = None, None, None
         return self / name
 
     def save_program(self, sha: str, source: str) -> None:

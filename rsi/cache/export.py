@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.errors import AKVError, show
+from engine.errors import AKVError
 from evals.cache.evaluator import PolicySpec
 from rsi.archive import Archive, Candidate
-from rsi.rundir import RunDirError, read_json
+from rsi.rundir import RunDir
 from search_spaces import Policy, PolicyError, export_policy, get_policy
 
 
@@ -69,52 +69,41 @@ def _source(run_dir: Path, c: Candidate) -> str:
 
 
 def run_frame_guard(run_dir: Path) -> bool:
-    """Whether the run in ``run_dir`` was evaluated under the frame guard (its ``config.json``;
-    none: not guarded).
+    """Whether the run in ``run_dir`` was evaluated under the frame guard (its config's
+    ``eval.frame_guard``; no ``config.json``, or a survival run: not guarded).
 
     Raises:
-        RunDirError: ``config.json`` is not a JSON object, or its ``eval`` is not one (naming the file).
+        RunDirError: ``config.json`` is not a valid search config (naming the file).
     """
-    path = run_dir / "config.json"
-    if not path.is_file():
+    run = RunDir(run_dir)
+    if not run.has_config() or run.is_survival:
         return False
-    section = read_json(path, dict).get("eval", {})
-    if not isinstance(section, dict):
-        raise RunDirError(f"{path}: 'eval' must be an object, got {type(section).__name__} {show(section)}",
-                          field=str(path), value=show(section))
-    return bool(section.get("frame_guard", False))
+    return run.cache_config.eval.frame_guard
 
 
 def run_eval_settings(run_dir: Path) -> dict[str, Any]:
     """What ``akv eval --run`` takes from the run in ``run_dir`` (its ``config.json``): ``suite``, and
     its held-out tasks as ``split`` ``heldout``, ``limit`` and ``offset``; ``model``, ``template``,
-    ``dtype`` (unless ``auto``); ``scoring``, ``rates``, ``frame_guard``. Only what the config holds.
+    ``dtype`` (unless ``auto``); ``scoring``, ``rates``, ``frame_guard``. Only what the config holds
+    (a run written before a field existed leaves that setting to the command line, not to today's
+    default); none for a survival run.
 
     Raises:
-        RunDirError: ``config.json`` or one of its sections is not a JSON object (naming the file).
+        RunDirError: ``config.json`` is not a valid search config (naming the file).
     """
-    path = run_dir / "config.json"
-    if not path.is_file():
+    run = RunDir(run_dir)
+    if not run.has_config() or run.is_survival:
         return {}
-    raw = read_json(path, dict)
-    sections = {}
-    for name in ("data", "model", "eval"):
-        section = raw.get(name, {})
-        if not isinstance(section, dict):
-            raise RunDirError(f"{path}: {name!r} must be an object, got {type(section).__name__} {show(section)}",
-                              field=str(path), value=show(section))
-        sections[name] = section
-    data, model, ev = sections["data"], sections["model"], sections["eval"]
+    config = run.cache_config  # checks every section
+    raw = run.raw_config()
+    data, model, ev = (raw.get(name) or {} for name in ("data", "model", "eval"))
     out: dict[str, Any] = {}
     if "suite" in data:
         out |= {"suite": data["suite"], "split": "heldout", "limit": int(data.get("heldout_tasks", 0)),
                 "offset": int(data.get("heldout_offset", 0))}
     out |= {k: model[src] for k, src in (("model", "name"), ("template", "template")) if model.get(src)}
     if model.get("dtype") in ("auto", "fast"):  # as the run resolved it (on this machine)
-        from rsi.config import config_from_dict
-
-        executor = raw.get("executor") if isinstance(raw.get("executor"), dict) else {}
-        out["dtype"] = config_from_dict({"model": model, "executor": executor}).dtype
+        out["dtype"] = config.dtype
     elif model.get("dtype") is not None:
         out["dtype"] = model["dtype"]
     out |= {k: ev[k] for k in ("scoring", "rates") if ev.get(k)}
@@ -159,17 +148,14 @@ def export_pick(run_dir: Path, name: str, out: Path, format: str = "module", fra
     """Write candidate ``name`` of ``run_dir`` to ``out`` in ``format`` (``module``, or
     ``akv-harness`` for an AKV harness; see ``search_spaces.export_policy`` and docs/export.md);
     ``frame_guard``: its decisions guarded in the file (``None``: as the run was evaluated, its
-    config's ``eval.frame_guard``).
+    config's ``eval.frame_guard``). A cache run's pick; ``rsi.survival.export.export_survival_pick``
+    exports a survival run's (``akv export`` chooses by the run's track).
 
     Raises:
         AKVError: no archive yet, an unknown pick, a missing program file; ``PolicyError`` (an
             ``AKVError``) when the pick cannot be exported (a text baseline, relevance needed, a
             reasoning-dropping family in the harness format).
     """
-    from rsi.survival.export import export_survival_pick, is_survival_run
-
-    if is_survival_run(run_dir):  # akv survival-search --evolve writes a survival archive
-        return export_survival_pick(run_dir, name, out, format)
     c = pick(load_archive(run_dir), headline_choice(run_dir) if name == "headline" else name)
     if c.spec == "program":
         policy = Policy.from_program(_source(run_dir, c), c.params)

@@ -38,7 +38,7 @@ from typing import Any
 from evals.cache.evaluator import TaskResult
 from evals.paired import MIN_TASKS, PASS_MARGIN, PairedDelta, PairingError, pair_results, paired_bootstrap
 from rsi.archive import Archive, Candidate
-from rsi.rundir import RunDirError, read_json, write_json
+from rsi.rundir import RunDir, RunDirError, read_json, write_json
 
 HEADLINE_FILE = "headline.json"
 
@@ -206,7 +206,7 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
 
     run = Path(run_dir)
     archive = load_archive(run)
-    config = read_json(run / "config.json", dict)
+    config = RunDir(run).cache_config
     rows = EvalStore(run / "evaluations.jsonl").rows()
     picked = [(c, stored_results(run, c, rows, split)) for c in (pick(archive, a), pick(archive, b))]
     (ca, ra), (cb, rb) = picked
@@ -214,7 +214,7 @@ def compare_picks(run_dir: str | Path, a: str, b: str, split: str = "heldout") -
     if not shared:
         raise AKVError(f"{ca.label} and {cb.label} share no {split} task", field="pick", value=f"{a} {b}")
     d = paired_bootstrap(pair_results([ra[t] for t in shared], [rb[t] for t in shared]),
-                         samples=int(config.get("bootstrap_samples", 2000)), seed=int(config.get("seed", 0)))
+                         samples=config.bootstrap_samples, seed=config.seed)
     return HeadlineRow.of(ca, cb, True, d)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from engine.errors import AKVError
 from evals.paired import PairedDelta, PairedTasks, PairingError, check_samples, pair_results, pooled_bootstrap
 from rsi.cache.headline import HeadlineRow, interval, read_headline, stored_results, verdict
-from rsi.rundir import distinct_run_dirs, read_json, write_json
+from rsi.rundir import RunDir, distinct_run_dirs, write_json
 
 
 @dataclass(frozen=True)
@@ -145,5 +145,4 @@ def write_pooled(path: str | Path, pooled: Sequence[PooledComparison], run_dirs:
 
 
 def _suite(run_dir: Path) -> str:
-    data = read_json(run_dir / "config.json", dict).get("data")
-    return str(data.get("suite", "")) if isinstance(data, dict) else ""
+    return str(RunDir(run_dir).cache_config.data.suite)

@@ -25,6 +25,7 @@ from rsi.archive import Archive, Candidate, Status
 from rsi.cache.headline import headline_lines, headroom_line, read_headline, read_headroom
 from rsi.cache.proposer_report import proposer_section
 from rsi.reporting import Marker, front_points, hypervolume_figure, img, plane, table
+from rsi.rundir import RunDir
 
 EXPERT_STYLE = {"full": ("s", "#444444"), "rolling_drop": ("D", "#d62728"), "standard": ("^", "#1f77b4"),
                 "text_engineering": ("v", "#17becf"), "trim": ("x", "#7f7f7f"), "thinking_drop": ("P", "#8c564b")}
@@ -180,7 +181,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for ``run_dir``; returns the figure paths."""
     run = Path(run_dir)
     archive = Archive.load(run / "archive.json")
-    config = json.loads((run / "config.json").read_text())
+    config = RunDir(run).cache_config
     figs = run / "figures"
     figs.mkdir(exist_ok=True)
     paths = {name: figs / f"{name}.png" for name in ("pareto_train", "pareto_heldout", "hypervolume", "lineage",
@@ -208,22 +209,22 @@ def write_report(run_dir: str | Path) -> list[Path]:
     proposer_html, proposer_figures = proposer_section(run, archive)
     fidelity_html = _fidelity_section(run)
     guard = (" under the frame guard (drops wait until an assistant turn read the message; system prompt and "
-             "task kept)" if config["eval"].get("frame_guard") else "")
+             "task kept)" if config.eval.frame_guard else "")
     page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>AKV-RSI search report: {html.escape(config.get('name', ''))}</title>
+<html><head><meta charset="utf-8"><title>AKV-RSI search report: {html.escape(config.name)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}
 table{{border-collapse:collapse;font-size:12px;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 6px}}
 img{{max-width:100%;margin:0.5em 0}}.headline{{background:#f3f8f3;border-left:4px solid #2ca02c;padding:0.6em}}
 </style></head><body>
-<h1>Search report: {html.escape(config.get('name', ''))}</h1>
-<p>Model {html.escape(config['model']['name'])} ({html.escape(config['model']['template'])} template),
-suite {html.escape(str(config['data']['suite']))}, scoring {html.escape(config['eval']['scoring'])}{guard},
-rates {html.escape(config['eval']['rates'])} (unconfirmed list prices: compare ratios, not dollars),
+<h1>Search report: {html.escape(config.name)}</h1>
+<p>Model {html.escape(config.model.name)} ({html.escape(config.model.template)} template),
+suite {html.escape(str(config.data.suite))}, scoring {html.escape(config.eval.scoring)}{guard},
+rates {html.escape(config.eval.rates)} (unconfirmed list prices: compare ratios, not dollars),
 {len(archive.candidates)} archive entries, {len(archive.failures())} recorded failures,
 {len(hv) - 1 if hv else 0} generations. The summarization baselines use the deterministic extractive
 summarizer (a generous upper bound on their quality).</p>
 <h2>Headline</h2><div class="headline">{"<br>".join(html.escape(x) for x in lines)}</div>
-<p>Paired over held-out tasks, 95% percentile-bootstrap intervals ({config.get('bootstrap_samples', 2000)} resamples);
+<p>Paired over held-out tasks, 95% percentile-bootstrap intervals ({config.bootstrap_samples} resamples);
 significant: the cost interval excludes 0, the pass-rate interval's lower bound is at least -0.05, and at least
 5 held-out tasks were paired.
 Tuned experts (hollow markers) had their setting tuned on train with the evolved programs' trial budget.

@@ -46,7 +46,7 @@ from rsi.loop import admit, generation
 from rsi.metrics import aggregate
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
-from rsi.rundir import RunDir, RunDirError, read_json
+from rsi.rundir import CACHE, RunDir, RunDirError, read_json
 from rsi.store import EvalStore, eval_key
 from rsi.tracking import MLflowTracker, Tracker
 from rsi.tuning import Screen, TuneResult, make_storage, tune
@@ -86,6 +86,7 @@ class Search:
         self.files.open(log)
         self.store = EvalStore(self.files / "evaluations.jsonl")
         self.state["store_check"] = self.store.check.to_dict() | {"attempt": self.state["attempt"]}
+        self.files.record_track(CACHE)
         self.files.write("config.json", config.to_dict())
         self.files.write_state(self.state)
         self.eval_config = config.eval_config()
@@ -837,16 +838,7 @@ def load_run_config(run_dir: str | Path, executor: Mapping[str, Any] | None = No
     if fixed:
         raise ConfigError(f"a resumed search keeps its executor.{fixed[0]} (only {', '.join(PLACEMENT)} may change)",
                           field=f"executor.{fixed[0]}")
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise RunDirError(f"{run_dir} is not a search run directory: it holds no config.json",
-                          field="run_dir", value=str(run_dir))
-    try:
-        stored = config_from_dict(read_json(path, dict))
-    except RunDirError:
-        raise
-    except AKVError as err:
-        raise RunDirError(f"{path}: {err}", field=str(path), value=getattr(err, "value", None)) from err
+    stored = RunDir(run_dir).cache_config
     if not executor:
         return stored
     # a bad new value is the caller's (ConfigError naming the field), not the run directory's

@@ -228,12 +228,13 @@ def load_config(path: str | Path) -> EvolveConfig:
 
 def config_from_dict_json(d: Mapping[str, Any]) -> EvolveConfig:
     """An :class:`EvolveConfig` from its ``to_dict`` form (``config.json``)."""
-    t, h = d["train"], d["heldout"]
     fields: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()
                               if k not in ("train", "heldout", "llm")}
     if d.get("llm") is not None:
         fields["llm"] = ProposerConfig(**d["llm"])
-    return EvolveConfig(TraceSet(tuple(t["kinds"]), tuple(t["seeds"]), t["sessions"], t["time_scale"],
-                                 t["token_scale"]),
-                        TraceSet(tuple(h["kinds"]), tuple(h["seeds"]), h["sessions"], h["time_scale"],
-                                 h["token_scale"]), **fields)
+    return EvolveConfig(_trace_set(d["train"]), _trace_set(d["heldout"]), **fields)
+
+
+def _trace_set(d: Mapping[str, Any]) -> TraceSet:
+    return TraceSet(tuple(d["kinds"]), tuple(d["seeds"]), d["sessions"], d.get("time_scale", 1.0),
+                    d.get("token_scale", 1.0))

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from rsi.rundir import RunDirError, read_json, write_json
+from rsi.rundir import RunDir, RunDirError, write_json
 from rsi.survival.archive import (
     SurvivalArchive,
     score_of,
 )
-from rsi.survival.config import config_from_dict_json
 from rsi.survival.evolve import KEPT_METRICS, SimStore, policy_key
 
 
@@ -63,7 +62,7 @@ def confirm_replay(run_dir: str | Path, top: int, model: str, clock: str = "wall
 
     run = Path(run_dir)
     archive = SurvivalArchive.load(run / "archive.json")
-    config = config_from_dict_json(read_json(run / "config.json", dict))
+    config = RunDir(run).survival_config
     held = [c for c in archive.candidates if c.heldout is not None and c.heldout.ok]
     if not held:
         raise RunDirError(f"{run} has no candidate with a held-out result; run the search first", field="run_dir",

@@ -59,7 +59,7 @@ from rsi.archive import Status, candidate_id
 from rsi.loop import ARM, admit, generation, run_arm
 from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
-from rsi.rundir import RunDir, RunDirError, read_json, write_json
+from rsi.rundir import SURVIVAL, RunDir, RunDirError, write_json
 from rsi.store import RowStore
 from rsi.survival.archive import (
     RECOMPUTE,
@@ -248,12 +248,12 @@ class SurvivalEvolution:
         self.config = config
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        cfg_path = self.run_dir / "config.json"
-        if cfg_path.exists() and read_json(cfg_path, dict) != config.to_dict():
+        self.files = RunDir(self.run_dir)
+        if self.files.has_config() and self.files.raw_config() != config.to_dict():
             raise RunDirError(f"{self.run_dir} holds a run with another config; use a new run directory",
                               field="run_dir", value=str(self.run_dir))
-        write_json(cfg_path, config.to_dict())
-        self.files = RunDir(self.run_dir)
+        self.files.record_track(SURVIVAL)
+        self.files.write("config.json", config.to_dict())
         for sub in ("programs", "proposals", "traces"):
             (self.run_dir / sub).mkdir(exist_ok=True)
         self.store = SimStore(self.run_dir / "evaluations.jsonl")

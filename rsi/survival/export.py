@@ -12,22 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import AKVError
-from rsi.rundir import read_json
 from rsi.survival.archive import SurvivalArchive, SurvivalCandidate
 from search_spaces.errors import PolicyError
 from search_spaces.export import export_survival_program
 from search_spaces.survival import SURVIVAL_SEEDS, survival_seed_source
-
-
-def is_survival_run(run_dir: Path) -> bool:
-    """Whether ``run_dir``'s archive is a survival search's."""
-    path = run_dir / "archive.json"
-    if not path.is_file():
-        return False
-    try:
-        return read_json(path, dict).get("kind") == "survival"
-    except AKVError:
-        return False
 
 
 def pick_survival(archive: SurvivalArchive, name: str) -> SurvivalCandidate:
@@ -54,6 +42,9 @@ def export_survival_pick(run_dir: Path, name: str, out: Path, format: str = "mod
     if format != "module":
         raise PolicyError(f"a survival policy exports only as --format module, not {format!r}", field="format",
                           value=format)
+    if not (run_dir / "archive.json").is_file():
+        raise AKVError(f"{run_dir} has no archive.json yet: the evolution has not scored its baselines (wait for them, "
+                       "or run it again in the same directory)", field="run_dir", value=str(run_dir))
     c = pick_survival(SurvivalArchive.load(run_dir / "archive.json"), name)
     if c.train is None or not c.train.ok:
         raise AKVError(f"{c.label} ({c.id}) has no score ({c.status.value}: {c.reason}); pick a scored candidate",

@@ -20,19 +20,10 @@ from typing import Any
 
 from engine.errors import AKVError
 from evals.paired import PairingError
-from rsi.rundir import distinct_run_dirs, read_json, write_json
+from rsi.rundir import RunDir, distinct_run_dirs, read_json, write_json
 from rsi.survival.archive import RECOMPUTE, TTFT, PairedMetric, pooled_over_traces
 
 COMPARATORS = {"family": "the best tuned family", "tuning-only": "the tuning-only arm's best"}
-
-
-def is_survival_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds a survival evolution (its headline pairs over traces)."""
-    headline = run_dir / "headline.json"
-    if not headline.is_file():
-        return False
-    data = read_json(headline, dict)
-    return data.get("unit") == "trace" or "families" in read_json(run_dir / "config.json", dict)
 
 
 def _comparison(run: Path, versus: str) -> dict[str, Any]:
@@ -65,7 +56,7 @@ def pool_survival_runs(run_dirs: Sequence[str | Path], *, samples: int = 2000, s
         raise AKVError(f"a survival run compares with {' or '.join(COMPARATORS)}, not {versus!r}", field="versus",
                        value=versus)
     for run in runs:
-        if not (run.is_dir() and is_survival_run(run)):
+        if not (run.is_dir() and RunDir(run).is_survival and (run / "headline.json").is_file()):
             raise AKVError(f"{run} is not a survival evolution with a headline (akv survival-search --evolve)",
                            field="run_dirs", value=str(run))
     with_arm = any("ablation" in read_json(run / "headline.json", dict) for run in runs)

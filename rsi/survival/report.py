@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 
 from rsi.proposers.bandit import operator_table
 from rsi.reporting import Marker, front_points, hypervolume_figure, img, plane, table
+from rsi.rundir import RunDir
 from rsi.survival.archive import RECOMPUTE, TTFT, SurvivalArchive, SurvivalCandidate
 
 MARKERS = "sD^v<>phP"
@@ -53,7 +54,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for a survival run; returns the figure paths."""
     run = Path(run_dir)
     archive = SurvivalArchive.load(run / "archive.json")
-    config = json.loads((run / "config.json").read_text())
+    config = RunDir(run).survival_config
     head_path = run / "headline.json"
     headline = json.loads(head_path.read_text()) if head_path.exists() else {"reason": "no headline.json"}
     figs = run / "figures"
@@ -82,25 +83,25 @@ def write_report(run_dir: str | Path) -> list[Path]:
         confirm = "<h2>Confirmed by replay (real engine)</h2>" + table(rows, list(rows[0]) if rows else [])
     cols = ["label", "expert", "generation", "proposer", "train p95 TTFT (s)", "train recompute",
             "held-out p95 TTFT (s)", "held-out recompute", "params"]
-    train, held = config["train"], config["heldout"]
+    train, held = config.train, config.heldout
     lines = describe_headline(headline)
     shown = archive.front() + archive.scored(experts=True)
     page = f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>AKV-RSI survival search: {html.escape(config['name'])}</title>
+<html><head><meta charset="utf-8"><title>AKV-RSI survival search: {html.escape(config.name)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}
 table{{border-collapse:collapse;font-size:12px;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 6px}}
 img{{max-width:100%;margin:0.5em 0}}.headline{{background:#f3f8f3;border-left:4px solid #2ca02c;padding:0.6em}}
 </style></head><body>
-<h1>Survival search: {html.escape(config['name'])}</h1>
+<h1>Survival search: {html.escape(config.name)}</h1>
 <p>Simulator (token-exact: the engine's own radix tree and survival manager on a model clock), calibration
-{html.escape(config['calibration'])}. Train traces: {html.escape(', '.join(train['kinds']))} seeds {train['seeds']}
-({train['sessions']} sessions each); held-out: {html.escape(', '.join(held['kinds']))} seeds {held['seeds']}
-({held['sessions']} sessions each). {config['trials']} Optuna trials per program and per built-in family;
+{html.escape(config.calibration)}. Train traces: {html.escape(', '.join(train.kinds))} seeds {list(train.seeds)}
+({train.sessions} sessions each); held-out: {html.escape(', '.join(held.kinds))} seeds {list(held.seeds)}
+({held.sessions} sessions each). {config.trials} Optuna trials per program and per built-in family;
 {len(archive.candidates)} archive entries, {len(archive.failures())} recorded failures, {len(hv) - 1 if hv else 0}
 generations. Objectives (both minimised): p95 resume TTFT and recompute tokens, means over traces.</p>
 <h2>Headline</h2><div class="headline">{"<br>".join(html.escape(x) for x in lines)}</div>
 <p>Paired over held-out traces (the unit: sessions of a trace share the pool and the scheduler, so they are not
-independent), 95% percentile-bootstrap intervals ({config['bootstrap_samples']} resamples); significant: the interval
+independent), 95% percentile-bootstrap intervals ({config.bootstrap_samples} resamples); significant: the interval
 of the difference excludes 0 and at least 5 traces were paired. Both policies are chosen on train. Details:
 headline.json.</p>
 {confirm}

@@ -86,7 +86,7 @@ def test_export_without_an_archive_and_of_a_text_baseline(tmp_path, capsys, monk
 
 
 @pytest.mark.parametrize("config, words", [("{not json", "not valid JSON"), ("[1, 2]", "expected a JSON object"),
-                                           ('{"eval": [true]}', "'eval' must be an object")])
+                                           ('{"eval": [true]}', "eval must be a mapping")])
 @pytest.mark.parametrize("command", ["eval", "export"])
 def test_a_runs_unreadable_config_is_one_line_where_the_guard_is_read(tmp_path, capsys, monkeypatch, config, words,
                                                                         command):
