@@ -44,8 +44,8 @@ from evals.tasks.selection import select_tasks
 from evals.tasks.storage import load_suite
 from rsi.cache.export import pick_spec
 from rsi.cache.headline import HeadlineRow, read_headline
-from rsi.config import config_from_dict
-from rsi.rundir import RunDirError, read_json
+from rsi.config import SearchConfig
+from rsi.rundir import RunDir, RunDirError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,19 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = Path(args.run_dir)
     try:
-        config = read_json(run / "config.json")
+        config = RunDir(run).cache_config
         comparisons = read_headline(run) or []
     except RunDirError as err:
         raise SystemExit(f"bench.rejudge: {err}") from None
     if not comparisons:
         raise SystemExit(f"{run}: no headline comparisons to judge again")
-    try:
-        data = config["data"]
-        suite, n, offset = data["suite"], int(data["heldout_tasks"]), int(data["heldout_offset"])
-        judge = judge_settings(config, args.model, args.dtype, both_scorings=args.both_scorings)
-    except (AKVError, KeyError, TypeError, ValueError) as err:
-        raise SystemExit(f"bench.rejudge: {run / 'config.json'} is not a search config ({type(err).__name__}: "
-                         f"{err})") from None
+    suite, n, offset = config.data.suite, config.data.heldout_tasks, config.data.heldout_offset
+    judge = judge_settings(config, args.model, args.dtype, both_scorings=args.both_scorings)
     tasks = select_tasks(load_suite(suite, "heldout"), n, offset=offset)
     ids = {c.versus: c.versus_id for c in comparisons} | {c.policy: c.policy_id for c in comparisons}
     labels = list(ids)
@@ -90,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = comparisons[0].policy
     eval_config, scoring = judge.eval, judge.eval.scoring
     scorings = ["loglik", "generate"] if args.both_scorings else [scoring]
-    print(f"judging {', '.join(labels)} on {len(tasks)} held-out tasks of {data['suite']} "
+    print(f"judging {', '.join(labels)} on {len(tasks)} held-out tasks of {suite} "
           f"({tasks[0].id} .. {tasks[-1].id}) with {args.model} ({judge.dtype}, template "
           f"{judge.template or 'its own'})", flush=True)
     t0 = time.perf_counter()
@@ -134,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = figures if len(scorings) > 1 else {label: f[scorings[0]] for label, f in figures.items()}
     out = Path(args.out) if args.out else RESULTS / f"rejudge-{run.name}-{args.model}.json"
     write_result(out, {"run": run.name, "judge": args.model, "dtype": judge.dtype,
-                       "template": eng.renderer.template.name, "run_judge": config["model"]["name"],
+                       "template": eng.renderer.template.name, "run_judge": config.model.name,
                        "tasks": [t.id for t in tasks], "eval": eval_config.as_dict(), "policies": policies,
                        "comparisons": rows, "seconds": time.perf_counter() - t0,
                        "command": "python -m bench.rejudge " + " ".join(argv or sys.argv[1:]),
@@ -151,12 +146,11 @@ class Judge:
     dtype: str
 
 
-def judge_settings(config: dict[str, Any], model: str, dtype: str | None = None,
+def judge_settings(run_config: SearchConfig, model: str, dtype: str | None = None,
                    both_scorings: bool = False) -> Judge:
     """The run's own settings (``SearchConfig.eval_config``, its template and dtype: what its search
     used), judged by ``model``. Another model than the run's gets its own probe format and template,
     and bfloat16 unless ``dtype`` says otherwise."""
-    run_config = config_from_dict(config)
     ev = run_config.eval_config()
     ev = replace(ev, generate=ev.generate or ev.scoring == "generate" or both_scorings)
     if model == run_config.model.name:

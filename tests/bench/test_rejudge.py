@@ -15,12 +15,9 @@ from rsi.config import load_config
 
 @pytest.fixture
 def run_config():
-    """A run's ``config.json`` as the search wrote it (a committed config, with a lead-in that is not
-    the model's default so that a hand-built EvalConfig would differ)."""
-    cfg = load_config("experiments/mixed-arms1.yaml")
-    raw = cfg.to_dict()
-    raw["eval"]["lead_in"] = "none"
-    return raw
+    """A run's config (a committed one, with a lead-in that is not the model's default so that a
+    hand-built EvalConfig would differ)."""
+    return load_config("experiments/mixed-arms1.yaml", {"eval.lead_in": "none"})
 
 
 def test_the_runs_model_is_judged_with_the_runs_settings(run_config):
@@ -38,5 +35,4 @@ def test_another_model_is_judged_with_its_own_probe_format_and_template(run_conf
     judge = judge_settings(run_config, "qwen2.5-coder-1.5b")
     assert judge.eval.probe == probe_format_for("qwen2.5-coder-1.5b")
     assert (judge.template, judge.dtype) == (None, "bfloat16")
-    ev = run_config["eval"]
-    assert (judge.eval.rates, judge.eval.frame_guard) == (ev["rates"], ev["frame_guard"])
+    assert (judge.eval.rates, judge.eval.frame_guard) == (run_config.eval.rates, run_config.eval.frame_guard)
