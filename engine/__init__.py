@@ -12,7 +12,8 @@ Public surface (other packages and outside checks rely on these names)::
 """
 
 from engine import settings as _settings  # noqa: F401  (switches hub access off before anything loads)
-from engine.accounting import Accountant
+from engine.cache.accounting import Accountant
+from engine.cache.plan import TokenUsage
 from engine.engine import ChatResult, Engine, ScoreResult
 from engine.errors import (
     AKVError,
@@ -28,7 +29,6 @@ from engine.errors import (
 from engine.history import REPOSITION, Drop, History, Reposition, replay
 from engine.interface import BatchScorer, ChatEngine, ChatOptions
 from engine.layout import Layout, Rendered, Renderer
-from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
 from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
 

@@ -41,11 +41,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from engine.cache.kvstore import Payload, SizedKV, TensorKV
+from engine.cache.plan import RequestPlan, commit, plan_request, release
+from engine.cache.radix import KVState, Node
 from engine.errors import AKVError
-from engine.kvstore import Payload, SizedKV, TensorKV
-from engine.plan import RequestPlan, commit, plan_request, release
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
-from engine.radix import KVState, Node
 
 if TYPE_CHECKING:
     from engine.engine import Engine, Prepared, ScoreResult

@@ -21,19 +21,19 @@ from typing import TYPE_CHECKING, Any, Unpack
 import numpy as np
 import torch
 
-from engine.accounting import Accountant, insert_output
+from engine.cache.accounting import Accountant, insert_output
+from engine.cache.kvstore import TensorKV
+from engine.cache.plan import RequestPlan, TokenUsage, commit, plan_request, release
+from engine.cache.radix import Node, RadixTree
 from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
 from engine.errors import AKVError
 from engine.history import History, Item, replay, salted
 from engine.interface import ChatOptions
-from engine.kvstore import TensorKV
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.catalog import default_template
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
-from engine.plan import RequestPlan, TokenUsage, commit, plan_request, release
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
-from engine.radix import Node, RadixTree
 from engine.schedule import Schedule, parse_schedule
 from engine.settings import settings
 from engine.toolcalls import forced_opening, message_tools
@@ -64,7 +64,7 @@ class ChatResult:
     Attributes:
         text: the generated text (stop string excluded).
         token_ids: the generated token ids.
-        usage: token accounting (``engine.plan.TokenUsage``).
+        usage: token accounting (``engine.cache.plan.TokenUsage``).
         finish_reason: ``"stop"`` (end token or stop string), ``"length"`` or ``"cancelled"``.
     """
 

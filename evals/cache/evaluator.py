@@ -29,13 +29,13 @@ from typing import Any
 
 import yaml
 
-from engine.accounting import Accountant
+from engine.cache.accounting import Accountant
+from engine.cache.session_accountant import SessionAccountant
 from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import BatchScorer, ChatEngine
 from engine.layout import Rendered, SessionLayout
 from engine.schedule import EMPTY, Schedule, parse_schedule
-from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
 from evals.cache.guard import guard_decisions

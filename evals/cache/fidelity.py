@@ -41,7 +41,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.accounting import Accountant
+from engine.cache.accounting import Accountant
 from engine.errors import AKVError
 from engine.interface import ChatEngine
 from engine.layout import Rendered, Renderer

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.cache.kvstore import Payload
+from engine.cache.radix import KVState, MatchResult, Node, RadixTree
 from engine.history import History, Item, mask_runs
-from engine.kvstore import Payload
-from engine.radix import KVState, MatchResult, Node, RadixTree
 
 
 @dataclass(frozen=True)
