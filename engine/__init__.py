@@ -14,7 +14,7 @@ Public surface (other packages and outside checks rely on these names)::
 from engine import settings as _settings  # noqa: F401  (switches hub access off before anything loads)
 from engine.cache.accounting import Accountant
 from engine.cache.plan import TokenUsage
-from engine.engine import ChatResult, Engine, ScoreResult
+from engine.engine import Engine
 from engine.errors import (
     AKVError,
     CapacityError,
@@ -30,6 +30,7 @@ from engine.history import REPOSITION, Drop, History, Reposition, replay
 from engine.interface import BatchScorer, ChatEngine, ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.remote import RemoteEngine
+from engine.results import ChatResult, ScoreResult
 from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
 
 Usage = TokenUsage

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack, runtime_chec
 
 if TYPE_CHECKING:
     from engine.cache.accounting import Accountant
-    from engine.engine import ChatResult, EngineStats, Prepared, ScoreResult
     from engine.layout import Layout, Rendered, Renderer
+    from engine.results import ChatResult, EngineStats, Prepared, ScoreResult
     from engine.schedule import Schedule
 
 

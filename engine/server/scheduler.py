@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.engine import ChatResult, Engine, Generation
+from engine.engine import Engine
 from engine.errors import AKVError, CapacityError
+from engine.results import ChatResult, Generation
 
 if TYPE_CHECKING:
     from engine.survival import SurvivalManager, ToolGap

@@ -31,10 +31,10 @@ import yaml
 
 from engine.cache.accounting import Accountant
 from engine.cache.session_accountant import SessionAccountant
-from engine.engine import ScoreResult
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import BatchScorer, ChatEngine
 from engine.layout import Rendered, SessionLayout
+from engine.results import ScoreResult
 from engine.schedule import EMPTY, Schedule, parse_schedule
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule

@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from engine.engine import Prepared, ScoreResult
 from engine.errors import AKVError
 from engine.interface import BatchScorer
+from engine.results import Prepared, ScoreResult
 from evals.tasks.schema import Task
 from search_spaces import request_points
 from search_spaces.cache.decision import Decision

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine import Engine
-from engine.engine import Prepared, ScoreResult
+from engine.results import Prepared, ScoreResult
 from evals.cache.evaluator import EvalConfig, PolicySpec, ProbeAsk, Replay, TaskResult
 from search_spaces.cache.seeds import seed_source
 

@@ -16,8 +16,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
-from engine.engine import ChatResult
 from engine.errors import AKVError, show
+from engine.results import ChatResult
 from engine.server.body import json_body
 from engine.server.prepare import prepare_chat
 from engine.server.schemas import ChatRequest
