@@ -272,7 +272,7 @@ class Engine:
         if isinstance(messages, list):
             self.check_fits(len(messages), sched, extra_tokens)
         layout = self.layout(messages, sched)
-        prefix_ids = self.renderer._encode(prefix)
+        prefix_ids = self.renderer.encode_text(prefix)
         conts = tuple(self._continuation(prefix, prefix_ids, c) for c in candidates or ())
         extra = max([extra_tokens, *map(len, conts)])
         if not sched.repositions:  # positions are token counts: refuse before the replay
@@ -338,10 +338,10 @@ class Engine:
     # ------------------------------------------------------------------ internals
 
     def _continuation(self, prefix: str, prefix_ids: list[int], candidate: str) -> list[int]:
-        whole = self.renderer._encode(prefix + candidate)
+        whole = self.renderer.encode_text(prefix + candidate)
         if whole[:len(prefix_ids)] == prefix_ids and len(whole) > len(prefix_ids):
             return whole[len(prefix_ids):]
-        return self.renderer._encode(candidate)
+        return self.renderer.encode_text(candidate)
 
     def _check_length(self, history: History, extra: int) -> None:
         self._check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)

@@ -120,7 +120,7 @@ def insert_output(tree: RadixTree, items: list[Item], output_ids: list[int],
             if node.state is KVState.ABSENT and node.n_tokens and node.token_end > n_prompt:
                 s, e = max(node.token_start, n_prompt), node.token_end
                 if tree.ensure_room((e - s) * bytes_per_token):
-                    tree.fill(tree._isolate(node, s, e), make(s - n_prompt, e - n_prompt))
+                    tree.fill(tree.isolate(node, s, e), make(s - n_prompt, e - n_prompt))
         missing = len(full) - match.n_items
         if missing > 0:
             room = tree.ensure_room(missing * bytes_per_token)

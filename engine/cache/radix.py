@@ -481,13 +481,13 @@ class RadixTree:
         for node in targets:
             # Left to right: isolating [s, e) leaves ``node`` holding the tokens after e.
             for s, e in dead[node.uid]:
-                piece = self._isolate(node, s, e)
+                piece = self.isolate(node, s, e)
                 freed += piece.n_tokens
                 self._discard_kv_only(piece)
         self.stats.freed_dropped_tokens += freed
         return freed
 
-    def _isolate(self, node: Node, s: int, e: int) -> Node:
+    def isolate(self, node: Node, s: int, e: int) -> Node:
         """Split ``node`` so that tokens [s, e) form one node, and return that node."""
         if e < node.token_end:
             node = self.split_at_token(node, e - node.token_start)

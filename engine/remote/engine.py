@@ -282,7 +282,7 @@ class RemoteEngine:
         return body
 
     def _prompt_tokens(self, layout: Layout, prefix: str) -> int:
-        return len(layout.rendered.token_ids) + (len(self.renderer._encode(prefix)) if prefix else 0)
+        return len(layout.rendered.token_ids) + (len(self.renderer.encode_text(prefix)) if prefix else 0)
 
     def _check_prompt(self, usage: TokenUsage, local: int) -> None:
         if usage.prompt_tokens == local or self.check_usage == "off":
