@@ -106,7 +106,7 @@ def proxy_speed(model: str, suite: str, n_tasks: int, repeats: int = 3) -> dict[
                 runs = policy.run_episodes([proxy.episode(task) for task in tasks]) if policy is not None else []
                 d += time.perf_counter() - t1
                 for task, decisions in zip(tasks, runs):
-                    proxy._result(spec, task, dict(zip(proxy.episode(task).cuts, decisions)), 0.0)
+                    proxy.evaluate_decisions(spec, task, dict(zip(proxy.episode(task).cuts, decisions)), 0.0)
             n = len(specs) * len(tasks)
             whole.append((time.perf_counter() - t) / n)
             decide.append(d / n)

@@ -41,7 +41,7 @@ INSTRUMENTED = {
     "atif": ["evals.tasks.logs", "evals.tasks.schema", "engine.template", "atif"],
     "body": ["engine.server.body", "engine.server.schemas", "engine.server.prepare", "engine.schedule",
              "engine.template", "engine.window", "engine.toolcalls"],
-    "snapshot": ["engine.snapshot", "engine.radix"],
+    "snapshot": ["engine.snapshot", "engine.cache.radix"],
 }
 """The modules whose branches guide each target's search (imported under atheris' instrumentation)."""
 

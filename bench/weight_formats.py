@@ -25,8 +25,6 @@ Prints tables and writes ``bench/results/weight-formats-<model>.json``. Not a ti
 from __future__ import annotations
 
 import argparse
-import copy
-import dataclasses
 import os
 import statistics
 import time
@@ -74,22 +72,19 @@ class _Int8PerRow:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         sx = (x.abs().amax(dim=1, keepdim=True) / 127).clamp_min(1e-12)
         xq = (x / sx).round_().to(torch.int8)
-        return torch._int_mm(xq, self.q_t).float().mul_(sx).mul_(self.scale)
+        return torch._int_mm(xq, self.q_t).float().mul_(sx).mul_(self.scale)  # noqa: SLF001 -- no public int8 matmul
 
 
 def _int8_model(model: LeanModel, kind: type[_Int8PerTensor] | type[_Int8PerRow]) -> LeanModel:
     """A shallow copy of ``model`` whose four projections per layer run in int8 (``kind``)."""
-    out = copy.copy(model)
-    layers = []
-    for lw, hl in zip(model._layers, model.layers):
+
+    def project(hl: Any) -> dict[str, Any]:
         a, m = hl.self_attn, hl.mlp
-        # each int8 form is called as a Projection is
-        parts: dict[str, Any] = {"qkv": kind(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),
-                                 "o": kind(a.o_proj.weight), "down": kind(m.down_proj.weight),
-                                 "gate_up": kind(torch.cat([m.gate_proj.weight, m.up_proj.weight]))}
-        layers.append(dataclasses.replace(lw, **parts))
-    out._layers = layers
-    return out
+        return {"qkv": kind(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])),
+                "o": kind(a.o_proj.weight), "down": kind(m.down_proj.weight),
+                "gate_up": kind(torch.cat([m.gate_proj.weight, m.up_proj.weight]))}
+
+    return model.with_projections(project)
 
 
 def _prefill(model: LeanModel, ids: list[int], rows: list[int]) -> Callable[[], torch.Tensor]:

@@ -12,8 +12,9 @@ Public surface (other packages and outside checks rely on these names)::
 """
 
 from engine import settings as _settings  # noqa: F401  (switches hub access off before anything loads)
-from engine.accounting import Accountant
-from engine.engine import ChatResult, Engine, ScoreResult
+from engine.cache.accounting import Accountant
+from engine.cache.plan import TokenUsage
+from engine.engine import Engine
 from engine.errors import (
     AKVError,
     CapacityError,
@@ -28,8 +29,8 @@ from engine.errors import (
 from engine.history import REPOSITION, Drop, History, Reposition, replay
 from engine.interface import BatchScorer, ChatEngine, ChatOptions
 from engine.layout import Layout, Rendered, Renderer
-from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
+from engine.results import ChatResult, ScoreResult
 from engine.schedule import DropKind, DropTarget, Schedule, parse_schedule
 
 Usage = TokenUsage

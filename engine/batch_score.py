@@ -41,14 +41,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from engine.cache.kvstore import Payload, SizedKV, TensorKV
+from engine.cache.plan import RequestPlan, commit, plan_request, release
+from engine.cache.radix import KVState, Node
 from engine.errors import AKVError
-from engine.kvstore import Payload, SizedKV, TensorKV
-from engine.plan import RequestPlan, commit, plan_request, release
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
-from engine.radix import KVState, Node
+from engine.scoring import SCORE_LOGIT_ROWS, target_logprobs
 
 if TYPE_CHECKING:
-    from engine.engine import Engine, Prepared, ScoreResult
+    from engine.engine import Engine
+    from engine.results import Prepared, ScoreResult
 
 BATCH_SCORE_TOKENS = 2048
 """Candidate tokens of one forward pass of :func:`score_many`; more requests go in further passes."""
@@ -121,7 +123,7 @@ def score_many(eng: Engine, requests: Sequence[Prepared]) -> list[ScoreResult]:
     few forward passes as :data:`BATCH_SCORE_TOKENS` allows (see the module docstring).
 
     Returns:
-        one :class:`engine.engine.ScoreResult` per request, equal to ``eng.score`` on each in turn.
+        one :class:`engine.results.ScoreResult` per request, equal to ``eng.score`` on each in turn.
 
     Raises:
         AKVError: a request without candidates (before anything is planned).
@@ -162,7 +164,7 @@ class _Pass:
         self.n_columns = 0
 
     def run(self, prepared: Sequence[Prepared]) -> list[ScoreResult]:
-        from engine.engine import ScoreResult, Timings
+        from engine.results import ScoreResult, Timings
 
         eng = self.eng
         t0 = time.perf_counter()
@@ -316,16 +318,14 @@ class _Pass:
             for idx, cont in zip(r.candidate_idx, r.prepared.continuations):
                 rows.extend(row_of[int(t)] for t in r.glob[idx[:-1]])
                 targets.extend(cont[1:])
-        from engine.engine import SCORE_LOGIT_ROWS
-
         stacked = torch.stack(firsts)
         first_lp = torch.cat([torch.log_softmax(model.logits(stacked[a:a + SCORE_LOGIT_ROWS]), -1)
                               for a in range(0, len(firsts), SCORE_LOGIT_ROWS)])
         picked: list[float] = []
         if targets:
             assert hidden is not None
-            picked = eng._target_logprobs(hidden[torch.as_tensor(rows, dtype=torch.int64, device=hidden.device)],
-                                          targets)
+            picked = target_logprobs(
+                model, hidden[torch.as_tensor(rows, dtype=torch.int64, device=hidden.device)], targets)
         own: dict[int, list[float]] = {}
         k = 0
         for i, r in enumerate(scoring):

@@ -12,29 +12,30 @@ The engine is single-threaded: the HTTP server runs it on one worker thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import torch
 
-from engine.accounting import Accountant, insert_output
+from engine.cache.accounting import Accountant, insert_output
+from engine.cache.kvstore import TensorKV
+from engine.cache.plan import TokenUsage, plan_request, release
+from engine.cache.radix import Node, RadixTree
 from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
 from engine.errors import AKVError
 from engine.history import History, Item, replay, salted
 from engine.interface import ChatOptions
-from engine.kvstore import TensorKV
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.catalog import default_template
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
-from engine.plan import RequestPlan, TokenUsage, commit, plan_request, release
-from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
-from engine.radix import Node, RadixTree
+from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather, view_kv
+from engine.results import ChatResult, EngineStats, Generation, Prepared, ScoreResult, Timings
 from engine.schedule import Schedule, parse_schedule
+from engine.scoring import score_passes
 from engine.settings import settings
 from engine.toolcalls import forced_opening, message_tools
 from engine.window import ContextWindow
@@ -43,165 +44,6 @@ if TYPE_CHECKING:
     from engine.snapshot import SnapshotInfo
 
 GiB = 1 << 30
-
-
-@dataclass(frozen=True)
-class Timings:
-    """Wall-clock seconds of one request's phases."""
-
-    prefill_s: float
-    decode_s: float
-
-    @property
-    def total_s(self) -> float:
-        return self.prefill_s + self.decode_s
-
-
-@dataclass(frozen=True)
-class ChatResult:
-    """Outcome of :meth:`Engine.chat`.
-
-    Attributes:
-        text: the generated text (stop string excluded).
-        token_ids: the generated token ids.
-        usage: token accounting (``engine.plan.TokenUsage``).
-        finish_reason: ``"stop"`` (end token or stop string), ``"length"`` or ``"cancelled"``.
-    """
-
-    text: str
-    token_ids: list[int]
-    usage: TokenUsage
-    finish_reason: str
-    timings: Timings
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    """Log-likelihood of candidate continuations (lm-evaluation-harness conventions).
-
-    Attributes:
-        candidates: the candidate strings, in order.
-        logprobs: sum of each continuation's token log-probabilities.
-        n_tokens: tokens of each continuation.
-    """
-
-    candidates: list[str]
-    logprobs: list[float]
-    n_tokens: list[int]
-    usage: TokenUsage
-
-    @property
-    def best(self) -> int:
-        """Index of the highest-scoring candidate (``acc``)."""
-        return int(np.argmax(self.logprobs))
-
-    @property
-    def best_norm(self) -> int:
-        """Index of the best score per character (``acc_norm``)."""
-        return int(np.argmax([lp / max(1, len(c)) for lp, c in zip(self.logprobs, self.candidates)]))
-
-
-SCORE_GROUP_TOKENS = 256
-"""Candidate tokens :meth:`Engine.score` puts through the model in one forward pass (bounds its memory)."""
-SCORE_GROUP_SIZE = 16
-"""Candidates in one forward pass (each holds its own view of the history while attending)."""
-SCORE_LOGIT_ROWS = 128
-"""Rows of vocabulary-sized logits alive at once while scoring: 128 x 262,144 float32s (134 MB) for
-gemma's vocabulary. Each chunk reads the whole LM head once, so larger chunks read it fewer times:
-scoring a conversation's 1,519 recorded assistant tokens (probe-free fidelity) took 1.8x less time
-at 128 rows than at 16, with identical log-likelihoods (rows are independent in the product)."""
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A request tokenized and replayed ahead of the engine thread (:meth:`Engine.prepare`).
-
-    Attributes:
-        layout: the rendered messages and compiled schedule.
-        items: the event history: salt, message tokens and events, then the prefix's tokens.
-        history: ``replay(items)``.
-        candidates: score candidates (empty for a chat request).
-        continuations: each candidate's tokens.
-    """
-
-    layout: Layout
-    items: list[Item]
-    history: History
-    candidates: tuple[str, ...] = ()
-    continuations: tuple[list[int], ...] = ()
-
-    @property
-    def scored_tokens(self) -> int:
-        """Tokens of all candidates together (what scoring computes beyond the prompt)."""
-        return sum(len(c) for c in self.continuations)
-
-
-def _groups_of(lens: Sequence[int]) -> list[list[int]]:
-    """Consecutive candidate indices, at most SCORE_GROUP_SIZE and SCORE_GROUP_TOKENS tokens per group
-    (a longer candidate is a group of its own)."""
-    groups: list[list[int]] = [[]]
-    tokens = 0
-    for i, k in enumerate(lens):
-        if groups[-1] and (len(groups[-1]) >= SCORE_GROUP_SIZE or tokens + k > SCORE_GROUP_TOKENS):
-            groups.append([])
-            tokens = 0
-        groups[-1].append(i)
-        tokens += k
-    return groups
-
-
-@dataclass(eq=False)
-class Generation:
-    """An in-flight chat request between :meth:`Engine.start` and :meth:`Engine.finish`.
-
-    ``hidden`` is the last-layer state after the newest token; ``tokens`` the generated ids.
-    """
-
-    items: list[Item]
-    usage: TokenUsage
-    end: Node
-    cache: DecodeCache
-    params: SamplingParams
-    sampler: Sampler
-    hidden: torch.Tensor
-    next_pos: int
-    on_text: Callable[[str], None] | None
-    cancelled: Callable[[], bool] | None
-    t_start: float
-    t_decode: float
-    opening: str = ""
-    tokens: list[int] = field(default_factory=list)
-    emitted: str = ""
-    reason: str | None = None
-    done: bool = False
-    finished: bool = False
-
-
-@dataclass
-class EngineStats:
-    """Counters since start (for /metrics)."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    prefill_tokens: int = 0
-    cached_tokens: int = 0
-    drop_skipped_tokens: int = 0
-    repos_tokens: int = 0
-    completion_tokens: int = 0
-    prefill_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    latencies: list[float] = field(default_factory=list)
-
-    def add(self, usage: TokenUsage, timings: Timings) -> None:
-        self.requests += 1
-        self.prompt_tokens += usage.prompt_tokens
-        self.prefill_tokens += usage.prefill_tokens
-        self.cached_tokens += usage.cached_tokens
-        self.drop_skipped_tokens += usage.drop_skipped_tokens
-        self.repos_tokens += usage.repos_tokens
-        self.completion_tokens += usage.completion_tokens
-        self.prefill_seconds += timings.prefill_s
-        self.decode_seconds += timings.decode_s
 
 
 class Engine:
@@ -361,10 +203,11 @@ class Engine:
         try:
             n = history.n_tokens
             pre = batched_prefill(self.model, history.token_ids, history.compute_pos,
-                                  history_jobs(history, plan.compute), self._gather(plan.match.path),
+                                  history_jobs(history, plan.compute), tree_gather(plan.match.path, self.model.device),
                                   [n - 1] if plan.compute[n - 1] else [], logits=False)
             last_hidden = pre.hidden[0] if pre.hidden is not None and plan.compute[n - 1] else None
-            end = self._commit(plan, items, pre, last_hidden)
+            end = commit_prefill(self.tree, plan, items, pre, last_hidden, self.geometry.bytes_per_token,
+                                 self.model.device)
         finally:
             release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
         return plan.usage
@@ -429,7 +272,7 @@ class Engine:
         if isinstance(messages, list):
             self.check_fits(len(messages), sched, extra_tokens)
         layout = self.layout(messages, sched)
-        prefix_ids = self.renderer._encode(prefix)
+        prefix_ids = self.renderer.encode_text(prefix)
         conts = tuple(self._continuation(prefix, prefix_ids, c) for c in candidates or ())
         extra = max([extra_tokens, *map(len, conts)])
         if not sched.repositions:  # positions are token counts: refuse before the replay
@@ -472,7 +315,8 @@ class Engine:
         plan = plan_request(self.tree, items, history)
         end: Node | None = None
         try:
-            end, scores = self._score_passes(plan, items, history, conts)
+            end, scores = score_passes(self.model, self.tree, self.geometry.bytes_per_token, plan, items, history,
+                                       conts)
         finally:
             release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
         self.stats.add(plan.usage, Timings(time.perf_counter() - t0, 0.0))
@@ -491,81 +335,13 @@ class Engine:
 
         return score_many(self, requests)
 
-    def _score_passes(self, plan: RequestPlan, items: list[Item], history: History,
-                      conts: Sequence[list[int]]) -> tuple[Node, list[float]]:
-        """Forward passes of :meth:`score`; returns the committed end node and the scores.
-
-        Token space of the passes (indices)::
-
-            | history [0, n) | candidate 0 | candidate 1 | ... |    each candidate sees the history's
-            ^0               ^n            ^n + len(c0)             alive tokens, then itself, at
-                                                                    positions next_pos, next_pos + 1, ...
-
-        Pass 1 computes the history's missing tokens and the first group; later passes gather the
-        history's KV from pass 1's result. Logits are made ``SCORE_LOGIT_ROWS`` rows at a time.
-        """
-        n = history.n_tokens
-        lens = [len(c) for c in conts]
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64) + n
-        token_ids = np.concatenate([history.token_ids, np.asarray([t for c in conts for t in c], dtype=np.int64)])
-        compute_pos = np.concatenate([history.compute_pos,
-                                      *(history.next_pos + np.arange(k, dtype=np.int64) for k in lens)])
-        head = [n - 1] if plan.compute[n - 1] else []
-        first_pass: PrefillResult | None = None
-        first: torch.Tensor | None = None  # log-probabilities of the token after the history [V]
-        last_hidden: torch.Tensor | None = None
-        scores: list[float] = []
-        for group in _groups_of(lens):
-            jobs, rows, targets = [], [], []
-            for i in group:
-                idx = np.arange(starts[i], starts[i] + lens[i], dtype=np.int64)
-                pos = history.next_pos + np.arange(lens[i], dtype=np.int64)
-                jobs.append(Job(idx, np.concatenate([history.alive, idx]), np.concatenate([history.alive_pos, pos])))
-                rows.extend(idx[:-1].tolist())
-                targets.extend(conts[i][1:])
-            if first_pass is None:
-                pre = batched_prefill(self.model, token_ids, compute_pos,
-                                      [*history_jobs(history, plan.compute), *jobs], self._gather(plan.match.path),
-                                      head + rows, logits=False)
-                first_pass = pre
-                last_hidden = pre.hidden[0] if head and pre.hidden is not None else None
-                after = last_hidden if last_hidden is not None else plan.end_hidden.to(self.model.device)
-                first = torch.log_softmax(self.model.logits(after[None]), -1)[0]
-                hidden = pre.hidden[len(head):] if pre.hidden is not None else None
-            else:
-                pre = batched_prefill(self.model, token_ids, compute_pos, jobs, first_pass.columns, rows,
-                                      logits=False)
-                hidden = pre.hidden
-            picked = self._target_logprobs(hidden, targets) if targets else []
-            k = 0
-            for i in group:
-                assert first is not None
-                total = float(first[conts[i][0]])
-                for _ in range(lens[i] - 1):
-                    total += picked[k]
-                    k += 1
-                scores.append(total)
-        assert first_pass is not None
-        return self._commit(plan, items, first_pass, last_hidden), scores
-
-    def _target_logprobs(self, hidden: torch.Tensor | None, targets: Sequence[int]) -> list[float]:
-        """log p(targets[r] | hidden[r]) for each row, computing at most SCORE_LOGIT_ROWS rows of logits at once."""
-        assert hidden is not None and hidden.shape[0] == len(targets)
-        out: list[float] = []
-        want = torch.as_tensor(list(targets), dtype=torch.int64, device=hidden.device)
-        for a in range(0, len(targets), SCORE_LOGIT_ROWS):
-            logits = self.model.logits(hidden[a:a + SCORE_LOGIT_ROWS])
-            lp = logits.gather(1, want[a:a + SCORE_LOGIT_ROWS, None])[:, 0] - torch.logsumexp(logits, dim=-1)
-            out.extend(lp.tolist())
-        return out
-
     # ------------------------------------------------------------------ internals
 
     def _continuation(self, prefix: str, prefix_ids: list[int], candidate: str) -> list[int]:
-        whole = self.renderer._encode(prefix + candidate)
+        whole = self.renderer.encode_text(prefix + candidate)
         if whole[:len(prefix_ids)] == prefix_ids and len(whole) > len(prefix_ids):
             return whole[len(prefix_ids):]
-        return self.renderer._encode(candidate)
+        return self.renderer.encode_text(candidate)
 
     def _check_length(self, history: History, extra: int) -> None:
         self._check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)
@@ -605,7 +381,7 @@ class Engine:
         end: Node | None = None
         try:
             n = history.n_tokens
-            gather = self._gather(plan.match.path)
+            gather = tree_gather(plan.match.path, self.model.device)
             pre = batched_prefill(self.model, history.token_ids, history.compute_pos,
                                   history_jobs(history, plan.compute), gather,
                                   [n - 1] if plan.compute[n - 1] else [], logits=False)
@@ -614,8 +390,9 @@ class Engine:
                 hidden, last_hidden = pre.hidden[0], pre.hidden[0]
             else:
                 hidden, last_hidden = plan.end_hidden.to(self.model.device), None
-            end = self._commit(plan, items, pre, last_hidden)
-            keys, values = self._view_kv(history.alive, pre, gather)
+            end = commit_prefill(self.tree, plan, items, pre, last_hidden, self.geometry.bytes_per_token,
+                                 self.model.device)
+            keys, values = view_kv(self.model, pre, history.alive, gather)
             cache = DecodeCache(self.model, keys, values, history.compute_pos[history.alive], history.alive_pos,
                                 capacity=len(history.alive) + params.max_tokens)
         except BaseException:
@@ -699,58 +476,3 @@ class Engine:
     def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
         keys, values = cache.appended(start, end)
         return TensorKV(keys, values, str(self.model.device))
-
-    def _commit(self, plan: RequestPlan, items: list[Item], pre: PrefillResult,
-                last_hidden: torch.Tensor | None) -> Node:
-        compute_idx = pre.compute_idx
-        home = str(self.model.device)
-
-        def payload(s: int, e: int) -> TensorKV:
-            c = int(np.searchsorted(compute_idx, s))
-            assert compute_idx[c] == s and compute_idx[c + e - s - 1] == e - 1
-            return TensorKV(pre.keys[:, :, c:c + e - s].clone(), pre.values[:, :, c:c + e - s].clone(), home)
-
-        return commit(self.tree, plan, items, payload, self.geometry.bytes_per_token,
-                      last_hidden.clone() if last_hidden is not None else None)
-
-    def _gather(self, path: Sequence[Node]) -> Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]:
-        nodes = [n for n in path if n.n_tokens]
-        starts = np.asarray([n.token_start for n in nodes], dtype=np.int64)
-        device = self.model.device
-
-        def gather(tokens: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-            which = np.searchsorted(starts, tokens, side="right") - 1
-            ks, vs = [], []
-            for w in np.unique(which):
-                node = nodes[int(w)]
-                assert node.payload is not None, f"{node} was needed but has no KV"
-                local = tokens[which == w] - node.token_start
-                assert isinstance(node.payload, TensorKV)
-                idx = torch.as_tensor(local, device=node.payload.keys.device)
-                ks.append(node.payload.keys.index_select(2, idx).to(device))
-                vs.append(node.payload.values.index_select(2, idx).to(device))
-            return torch.cat(ks, dim=2), torch.cat(vs, dim=2)
-
-        return gather
-
-    def _view_kv(
-        self, tokens: np.ndarray, pre: PrefillResult, gather: Callable[[np.ndarray], tuple[torch.Tensor, torch.Tensor]]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """KV of ``tokens`` (as stored), from this pass where computed, else from the tree."""
-        known = np.union1d(pre.compute_idx, pre.ext_idx)
-        inside = np.isin(tokens, known)
-        if inside.all():
-            return pre.columns(tokens)
-        k = torch.empty(self.geometry.n_layers, self.geometry.n_kv_heads, len(tokens), self.geometry.head_dim,
-                        dtype=self.model.dtype, device=self.model.device)
-        v = torch.empty_like(k)
-        dev = self.model.device  # index tensors on the KV's device (no implicit host-to-device copies)
-        if inside.any():
-            at = torch.as_tensor(np.flatnonzero(inside), device=dev)
-            k[:, :, at], v[:, :, at] = pre.columns(tokens[inside])
-        rest = np.flatnonzero(~inside)
-        gk, gv = gather(tokens[rest])
-        k[:, :, torch.as_tensor(rest, device=dev)] = gk
-        v[:, :, torch.as_tensor(rest, device=dev)] = gv
-        return k, v
-

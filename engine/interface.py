@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 if TYPE_CHECKING:
-    from engine.accounting import Accountant
-    from engine.engine import ChatResult, EngineStats, Prepared, ScoreResult
+    from engine.cache.accounting import Accountant
     from engine.layout import Layout, Rendered, Renderer
+    from engine.results import ChatResult, EngineStats, Prepared, ScoreResult
     from engine.schedule import Schedule
 
 

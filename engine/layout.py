@@ -154,7 +154,7 @@ class Renderer:
         self._cache_tokens = cache_tokens
         self._cached_tokens = 0
         self._lock = threading.Lock()  # the server renders on pool threads while the engine thread runs
-        self.prompt_ids = self._encode(self.template.generation_prompt)
+        self.prompt_ids = self.encode_text(self.template.generation_prompt)
 
     @classmethod
     def for_model(cls, model: str, template: str = "gemma") -> Renderer:
@@ -167,7 +167,9 @@ class Renderer:
         """Tokens held by the per-message cache (at most ``cache_tokens``)."""
         return self._cached_tokens
 
-    def _encode(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
+        """The token ids of plain ``text`` (no special tokens, no template): a reply's prefix, a
+        scored candidate."""
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
     @property
@@ -204,7 +206,7 @@ class Renderer:
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        parts = [(p.kind, self._encode(p.text)) for p in self.template.parts(message, index)]
+        parts = [(p.kind, self.encode_text(p.text)) for p in self.template.parts(message, index)]
         if index == 0 and self.template.bos and self.tokenizer.bos_token_id is not None:
             kind, ids = parts[0]
             parts[0] = (kind, [self.tokenizer.bos_token_id, *ids])
@@ -347,7 +349,7 @@ class Renderer:
         """Character range of every token of ``content`` (tokenized alone, as in rendering)."""
         enc = self.tokenizer(content, add_special_tokens=False, return_offsets_mapping=True)  # type: ignore[operator]
         offsets: list[tuple[int, int]] = [(int(a), int(b)) for a, b in enc["offset_mapping"]]
-        if len(offsets) != len(self._encode(content)):
+        if len(offsets) != len(self.encode_text(content)):
             raise MessageError("tokenizer offsets disagree with its encoding; text_drop is unavailable",
                                field="drop_rule", value=None)
         return offsets

@@ -23,14 +23,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from engine.attention import Block, attend_blocks, plan_blocks
-from engine.history import History
+from engine.cache.kvstore import TensorKV
+from engine.cache.plan import RequestPlan, commit
+from engine.history import History, Item
 from engine.models.lean import LeanModel
 from engine.rope import apply_rope
+
+if TYPE_CHECKING:
+    from engine.cache.radix import Node, RadixTree
 
 _Rotation = tuple[np.ndarray, torch.Tensor, torch.Tensor] | None
 """Keys of a job to rotate (indices into its keys) with the cos/sin of their deltas, or ``None``."""
@@ -108,6 +114,66 @@ def history_jobs(history: History, compute: np.ndarray) -> list[Job]:
         jobs.append(Job(q, np.concatenate([seg.view, own]), np.concatenate([seg.view_pos, own_pos])))
     return jobs
 
+
+def tree_gather(path: Sequence[Node], device: torch.device) -> GatherFn:
+    """The gather of :func:`batched_prefill` over the stored KV of ``path`` (a request's matched
+    nodes, in order): token indices -> their keys and values, read from the nodes' payloads and
+    moved to ``device``."""
+    nodes = [n for n in path if n.n_tokens]
+    starts = np.asarray([n.token_start for n in nodes], dtype=np.int64)
+
+    def gather(tokens: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        which = np.searchsorted(starts, tokens, side="right") - 1
+        ks, vs = [], []
+        for w in np.unique(which):
+            node = nodes[int(w)]
+            assert node.payload is not None, f"{node} was needed but has no KV"
+            local = tokens[which == w] - node.token_start
+            assert isinstance(node.payload, TensorKV)
+            idx = torch.as_tensor(local, device=node.payload.keys.device)
+            ks.append(node.payload.keys.index_select(2, idx).to(device))
+            vs.append(node.payload.values.index_select(2, idx).to(device))
+        return torch.cat(ks, dim=2), torch.cat(vs, dim=2)
+
+    return gather
+
+
+def commit_prefill(tree: RadixTree, plan: RequestPlan, items: list[Item], pre: PrefillResult,
+                   last_hidden: torch.Tensor | None, bytes_per_token: int, device: torch.device) -> Node:
+    """:func:`engine.cache.plan.commit` of ``plan`` with the KV this pass computed (``pre``, copied
+    per node so the pass's tensors can go) on ``device``; returns the request's end node (locked)."""
+    compute_idx = pre.compute_idx
+    home = str(device)
+
+    def payload(s: int, e: int) -> TensorKV:
+        c = int(np.searchsorted(compute_idx, s))
+        assert compute_idx[c] == s and compute_idx[c + e - s - 1] == e - 1
+        return TensorKV(pre.keys[:, :, c:c + e - s].clone(), pre.values[:, :, c:c + e - s].clone(), home)
+
+    return commit(tree, plan, items, payload, bytes_per_token, last_hidden.clone() if last_hidden is not None else None)
+
+
+def view_kv(model: LeanModel, pre: PrefillResult, tokens: np.ndarray,
+            gather: GatherFn) -> tuple[torch.Tensor, torch.Tensor]:
+    """KV [L, Hkv, n, D] of ``tokens`` (as stored), from the pass ``pre`` where it computed or
+    gathered them, else through ``gather`` (the tree): the view a decode starts from."""
+    geometry = model.geometry
+    known = np.union1d(pre.compute_idx, pre.ext_idx)
+    inside = np.isin(tokens, known)
+    if inside.all():
+        return pre.columns(tokens)
+    k = torch.empty(geometry.n_layers, geometry.n_kv_heads, len(tokens), geometry.head_dim,
+                    dtype=model.dtype, device=model.device)
+    v = torch.empty_like(k)
+    dev = model.device  # index tensors on the KV's device (no implicit host-to-device copies)
+    if inside.any():
+        at = torch.as_tensor(np.flatnonzero(inside), device=dev)
+        k[:, :, at], v[:, :, at] = pre.columns(tokens[inside])
+    rest = np.flatnonzero(~inside)
+    gk, gv = gather(tokens[rest])
+    k[:, :, torch.as_tensor(rest, device=dev)] = gk
+    v[:, :, torch.as_tensor(rest, device=dev)] = gv
+    return k, v
 
 def batched_prefill(
     model: LeanModel,

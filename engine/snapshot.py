@@ -45,11 +45,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 
+from engine.cache.kvstore import TensorKV
+from engine.cache.plan import RequestPlan, TokenUsage, commit, release
+from engine.cache.radix import KVState
 from engine.errors import SnapshotError, show
 from engine.history import REPOSITION, Drop, Item, Reposition, Salt, mask_runs, replay, salted
-from engine.kvstore import TensorKV
-from engine.plan import RequestPlan, TokenUsage, commit, release
-from engine.radix import KVState
 
 if TYPE_CHECKING:
     from engine.engine import Engine

@@ -632,8 +632,9 @@ def _add_debug(sub: argparse._SubParsersAction[Any]) -> None:
     for command in sub.choices.values():
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the traceback of an error")
-        for action in command._actions:
-            if isinstance(action, argparse._SubParsersAction):
+        # argparse lists a parser's arguments and subcommands under private names only
+        for action in command._actions:  # noqa: SLF001
+            if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
                 _add_debug(action)
 
 

@@ -260,8 +260,8 @@ class HarnessPolicy:
         view = RequestView(seen, counts, None, None, None, call_ends=() if "call_ends" in problems else ends,
                            prompt_ends={} if "prompt_end" in problems else prompt_ends, problems=problems)
         out = _program["decide"](view, dict(PARAMS))
-        if view._refused:
-            raise ValueError(view._refused[0])
+        if view.refusals:
+            raise ValueError(view.refusals[0])
         wire = out.wire() if isinstance(out, Plan) else json.loads(json.dumps(out))
         counted = "token_counter" if self.token_counter is not None else "estimate_tokens"
         decision = _decision(wire, len(messages), counted)

@@ -11,7 +11,7 @@ is counted the same way everywhere. One multiply-add is 2 FLOPs. Counted:
 Not counted: embedding lookup, norms, RoPE, softmax, activation, residual adds (each O(T x H)
 and memory-bound, under 1% of the total for gemma-3-270m).
 
-Not for: cost accounting of requests (``engine.accounting`` counts tokens, not FLOPs).
+Not for: cost accounting of requests (``engine.cache.accounting`` counts tokens, not FLOPs).
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ Not for: training, batching several requests' padding, or quantized weights.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +105,9 @@ class Projection:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed:
-            return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.weight, self.bias, "none", [], "")
+            # oneDNN's packed linear is reachable only through torch's private ops
+            return torch.ops.mkldnn._linear_pointwise(  # noqa: SLF001
+                x.contiguous(), self.weight, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
     @classmethod
@@ -115,9 +119,9 @@ class Projection:
         bias = bias.detach() if bias is not None else None
         if pack:
             try:
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)  # noqa: SLF001 (as in __call__)
                 x = torch.randn(3, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
-                got = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "").float()
+                got = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "").float()  # noqa: SLF001
                 want = F.linear(x, weight, bias).float()
                 rel = 1e-4 if weight.dtype == torch.float32 else 2e-2
                 if bool(((got - want).abs().max() <= rel * want.abs().max().clamp_min(1e-30)).item()):
@@ -255,6 +259,16 @@ class LeanModel:
                 _release(a.q_proj, a.k_proj, a.v_proj, m.gate_proj, m.up_proj)  # fused: always copies
                 w = self._layers[-1]
                 _release(*((a.o_proj,) if w.o.packed else ()), *((m.down_proj,) if w.down.packed else ()))
+
+    def with_projections(self, project: Callable[[Any], Mapping[str, Any]]) -> LeanModel:
+        """A shallow copy of this model whose decoder layers run other projections: ``project(layer)``
+        gives, for each transformers decoder layer (:attr:`layers`, whose weights it may read), the
+        projections to use instead by name (``qkv``, ``o``, ``gate_up``, ``down``), each called as a
+        :class:`Projection` is (a quantised form, say). Everything else is shared with this model."""
+        out = copy.copy(self)
+        out._layers = [  # noqa: SLF001 -- the copy's own layers, set by its class
+            dataclasses.replace(lw, **project(hl)) for lw, hl in zip(self._layers, self.layers)]
+        return out
 
     @property
     def geometry(self) -> KVGeometry:

@@ -122,9 +122,9 @@ def _cast_floats(model: Any, dtype: torch.dtype) -> Any:
     ``model.to(dtype)`` holds both copies at once)."""
     with torch.no_grad():
         for module in model.modules():
-            for key, param in list(module._parameters.items()):
-                if param is not None and param.is_floating_point() and param.dtype != dtype:
-                    module._parameters[key] = torch.nn.Parameter(param.to(dtype), requires_grad=False)
+            for key, param in list(module.named_parameters(recurse=False, remove_duplicate=False)):
+                if param.is_floating_point() and param.dtype != dtype:
+                    setattr(module, key, torch.nn.Parameter(param.to(dtype), requires_grad=False))
     model.config.dtype = dtype
     return model
 

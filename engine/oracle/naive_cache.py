@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.cache.plan import TokenUsage, needed_closure
 from engine.history import Item, replay
-from engine.plan import TokenUsage, needed_closure
 
 
 @dataclass

@@ -6,7 +6,7 @@
 What is local and what goes over the wire:
 
 - **local** (exact, no server involved): the tokenizer and :class:`engine.layout.Renderer`
-  (``render``, ``layout``), the dry-run :class:`engine.accounting.Accountant` (the cost model is
+  (``render``, ``layout``), the dry-run :class:`engine.cache.accounting.Accountant` (the cost model is
   computed from exact local accounting, as with the in-process engine), schedule and sampling
   validation (bad requests raise the same ``AKVError`` subclass and ``field`` as ``Engine``).
 - **remote**: ``chat`` (``POST /v1/chat/completions`` with ``drop_message`` / ``reposition`` /
@@ -41,15 +41,16 @@ from typing import Any, Unpack
 import httpx
 import torch
 
-from engine.accounting import Accountant
+from engine.cache.accounting import Accountant
+from engine.cache.plan import TokenUsage
 from engine.decode import SamplingParams
-from engine.engine import ChatResult, EngineStats, GiB, ScoreResult, Timings
+from engine.engine import GiB
 from engine.errors import AKVError, ModelLoadError, RemoteError, ScoringUnsupportedError
 from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import KVGeometry
-from engine.plan import TokenUsage
 from engine.remote.wire import WireClient, parse_usage
+from engine.results import ChatResult, EngineStats, ScoreResult, Timings
 from engine.schedule import Schedule
 from engine.template import render_tool_calls
 from engine.toolcalls import forced_opening, message_tools
@@ -281,7 +282,7 @@ class RemoteEngine:
         return body
 
     def _prompt_tokens(self, layout: Layout, prefix: str) -> int:
-        return len(layout.rendered.token_ids) + (len(self.renderer._encode(prefix)) if prefix else 0)
+        return len(layout.rendered.token_ids) + (len(self.renderer.encode_text(prefix)) if prefix else 0)
 
     def _check_prompt(self, usage: TokenUsage, local: int) -> None:
         if usage.prompt_tokens == local or self.check_usage == "off":

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from engine.cache.plan import TokenUsage
 from engine.errors import (
     AKVError,
     CapacityError,
@@ -28,7 +29,6 @@ from engine.errors import (
     ScheduleError,
     SnapshotError,
 )
-from engine.plan import TokenUsage
 
 ERROR_CODES: dict[str, type[AKVError]] = {
     "AKVError": AKVError, "ScheduleError": ScheduleError, "MessageError": MessageError,

@@ -6,7 +6,7 @@ checking the session, tokenizing, replaying the event history, the context-lengt
 limits, cheapest first: a prompt too long by its message count or its length in bytes is refused
 before tokenizing) runs here instead, on a pool thread (``asyncio.to_thread``), so that a huge or hopeless
 request is refused without stalling other clients. The engine thread gets an
-:class:`engine.engine.Prepared` and starts at the tree.
+:class:`engine.results.Prepared` and starts at the tree.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.decode import SamplingParams
-from engine.engine import Engine, Prepared
+from engine.engine import Engine
 from engine.errors import MessageError
+from engine.results import Prepared
 from engine.schedule import Schedule, parse_schedule
 from engine.server.limits import ServerLimits
 from engine.server.schemas import ChatRequest, ScoreRequest

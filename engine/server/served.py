@@ -15,8 +15,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
+from engine.cache.plan import TokenUsage
 from engine.engine import Engine
-from engine.plan import TokenUsage
 from engine.server.limits import ServerLimits
 from engine.server.prometheus import Metrics
 from engine.server.scheduler import Job, Scheduler

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.cache.radix import KVState, Node, RadixTree
 from engine.history import Item
-from engine.radix import KVState, Node, RadixTree
 from engine.survival.backend import Footprint, PoolState
 
 if TYPE_CHECKING:

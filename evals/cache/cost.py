@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.plan import TokenUsage
+from engine.cache.plan import TokenUsage
 from evals.errors import CostError
 from evals.rates import Rates
 
@@ -31,7 +31,7 @@ _FIELDS = ("prompt_tokens", "prefill_tokens", "cached_tokens", "drop_skipped_tok
 
 @dataclass(frozen=True)
 class Counts:
-    """Validated token counts of one request (the fields of ``engine.plan.TokenUsage``)."""
+    """Validated token counts of one request (the fields of ``engine.cache.plan.TokenUsage``)."""
 
     prompt_tokens: int
     prefill_tokens: int
@@ -80,7 +80,7 @@ def counts(usage: Any) -> Counts:
             return getattr(usage, name, default)
     missing = [f for f in _FIELDS if get(f) is None and f != "completion_tokens"]
     if missing:
-        raise CostError(f"usage lacks {missing}; expected the fields of engine.plan.TokenUsage", field="usage",
+        raise CostError(f"usage lacks {missing}; expected the fields of engine.cache.plan.TokenUsage", field="usage",
                         value=type(usage).__name__)
     return Counts(*(get(f, 0) for f in _FIELDS))
 

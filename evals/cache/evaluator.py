@@ -29,13 +29,13 @@ from typing import Any
 
 import yaml
 
-from engine.accounting import Accountant
-from engine.engine import ScoreResult
+from engine.cache.accounting import Accountant
+from engine.cache.session_accountant import SessionAccountant
 from engine.errors import AKVError, ScoringUnsupportedError
 from engine.interface import BatchScorer, ChatEngine
 from engine.layout import Rendered, SessionLayout
+from engine.results import ScoreResult
 from engine.schedule import EMPTY, Schedule, parse_schedule
-from engine.session_accountant import SessionAccountant
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
 from evals.cache.guard import guard_decisions
@@ -300,7 +300,7 @@ class Replay:
         except AKVError as err:
             if err.transient:
                 raise
-            return self._failed(spec, task, f"{type(err).__name__}: {err}", t0)
+            return self.failed_row(spec, task, f"{type(err).__name__}: {err}", t0)
 
     def evaluate_policies(self, specs: Sequence[PolicySpec], task: Task) -> list[TaskResult]:
         """Every policy of ``specs`` on ``task`` in lockstep: the rows ``[self.evaluate(s, task) for s
@@ -311,12 +311,14 @@ class Replay:
 
         return evaluate_policies(self, specs, task)
 
-    def _batch_scorer(self) -> BatchScorer | None:
+    def batch_scorer(self) -> BatchScorer | None:
         """The engine, when :meth:`evaluate_policies` may batch its scorings (it scores several
         requests in one pass); ``None``: one policy after another."""
         return self.engine if isinstance(self.engine, BatchScorer) else None
 
-    def _failed(self, spec: PolicySpec, task: Task, reason: str, t0: float) -> TaskResult:
+    def failed_row(self, spec: PolicySpec, task: Task, reason: str, t0: float) -> TaskResult:
+        """The row of ``spec`` failing on ``task`` for ``reason`` (its first line, at most 500
+        characters), begun at ``t0`` (``time.perf_counter``)."""
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), False,
                           reason.splitlines()[0][:500], (), (), CostBreakdown(), time.perf_counter() - t0,
                           task.generator, task.generator_version, self.fidelity)
@@ -334,9 +336,15 @@ class Replay:
         return dict(zip(cuts, policy.run_episodes([self.episode(task)])[0]))
 
     def _evaluate(self, spec: PolicySpec, task: Task, t0: float) -> TaskResult:
-        return self._result(spec, task, self._all_decisions(spec, task), t0)
+        return self.evaluate_decisions(spec, task, self.decide(spec, task), t0)
 
-    def _all_decisions(self, spec: PolicySpec, task: Task) -> dict[int, Decision | None]:
+    def decide(self, spec: PolicySpec, task: Task) -> dict[int, Decision | None]:
+        """``spec``'s decision at every request cut of ``task`` (:func:`request_cuts`), as the
+        evaluation takes them (guarded under :attr:`EvalConfig.frame_guard`).
+
+        Raises:
+            AKVError: the policy cannot run or decides invalidly.
+        """
         cuts = request_cuts(task)
         if spec.name == DIAGNOSTIC:
             return _diagnostic_decisions(task, cuts)
@@ -353,20 +361,22 @@ class Replay:
         Raises:
             AKVError: the policy cannot run or decides invalidly (raised, not recorded).
         """
-        _, cost = self._account(task, list(request_points(list(task.messages))), self._all_decisions(spec, task))
+        _, cost = self.account(task, list(request_points(list(task.messages))), self.decide(spec, task))
         return cost
 
-    def _result(self, spec: PolicySpec, task: Task, decisions: Mapping[int, Decision | None], t0: float) -> TaskResult:
-        """Account the session under ``decisions`` (cut -> decision) and answer the probes."""
+    def evaluate_decisions(self, spec: PolicySpec, task: Task, decisions: Mapping[int, Decision | None],
+                           t0: float) -> TaskResult:
+        """``spec``'s row on ``task`` under ``decisions`` (cut -> decision, already decided): the
+        session accounted and the probes answered; ``t0`` (``time.perf_counter``) starts its clock."""
         msgs = list(task.messages)
         points = list(request_points(msgs))
-        requests, cost = self._account(task, points, decisions)
+        requests, cost = self.account(task, points, decisions)
         if not task.probes and is_log_task(task):  # an agent log: its one "probe" is its turns' fidelity
-            return self._scored(spec, task, (self._fidelity_probe(spec, task),), tuple(requests), cost,
+            return self.scored_row(spec, task, (self._fidelity_probe(spec, task),), tuple(requests), cost,
                                 time.perf_counter() - t0)
         probes = tuple(self._probe(task, i, decisions[p.after_message + 1], spec)
                        for i, p in enumerate(task.probes))
-        return self._scored(spec, task, probes, tuple(requests), cost, time.perf_counter() - t0)
+        return self.scored_row(spec, task, probes, tuple(requests), cost, time.perf_counter() - t0)
 
     def _fidelity_probe(self, spec: PolicySpec, task: Task) -> ProbeResult:
         """Pass when no recorded assistant turn loses more than ``fidelity_bound`` log-likelihood per
@@ -393,7 +403,7 @@ class Replay:
         Raises:
             AKVError: the policy cannot run or decides invalidly.
         """
-        decisions = self._all_decisions(spec, task)
+        decisions = self.decide(spec, task)
         template = self.engine.renderer.template
         msgs = list(task.messages)
         asks = []
@@ -411,7 +421,7 @@ class Replay:
             else:
                 context, schedule = msgs[:t], decision.schedule if decision is not None else None
             asks.append((t, context, schedule, turn_text(template, msgs[t], t)))
-        scorer = self._batch_scorer()
+        scorer = self.batch_scorer()
         if scorer is not None and asks:  # every turn in one forward pass (engine.batch_score)
             scores = scorer.score_many([scorer.prepare(c, s, candidates=[text]) for _, c, s, text in asks])
         else:
@@ -422,12 +432,13 @@ class Replay:
             out.append(TurnScore(t, scored.n_tokens[0], scored.logprobs[0], first))
         return sorted(out, key=lambda turn: turn.index)
 
-    def _scored(self, spec: PolicySpec, task: Task, probes: tuple[ProbeResult, ...],
-                requests: tuple[RequestCost, ...], cost: CostBreakdown, seconds: float) -> TaskResult:
+    def scored_row(self, spec: PolicySpec, task: Task, probes: tuple[ProbeResult, ...],
+                   requests: tuple[RequestCost, ...], cost: CostBreakdown, seconds: float) -> TaskResult:
+        """The row of ``spec`` evaluated on ``task``: its probes' results, requests and cost."""
         return TaskResult(task.id, task.family, task.split, spec.display, spec.key, dict(spec.params), True, None,
                           probes, requests, cost, seconds, task.generator, task.generator_version, self.fidelity)
 
-    def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
+    def account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
                  ) -> tuple[list[RequestCost], CostBreakdown]:
         """Every request's usage and cost, and the session's cost (summary calls included)."""
         eng = self.engine
@@ -494,17 +505,17 @@ class Replay:
         return outputs[n]
 
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
-        ask = self._ask(task, index, decision, spec)
-        return self._answer(task, ask, self._score(ask.context, list(ask.prompt.continuations), ask.schedule,
-                                                   ask.prompt.prefix))
+        ask = self.ask_probe(task, index, decision, spec)
+        scored = self.score_probe(ask.context, list(ask.prompt.continuations), ask.schedule, ask.prompt.prefix)
+        return self.answer_probe(task, ask, scored)
 
-    def _ask(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeAsk:
+    def ask_probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeAsk:
         """What probe ``index`` asks the engine under ``decision``."""
         prompt = probe_prompt(task, task.probes[index], self.config.probe)
         context, schedule, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
         return ProbeAsk(index, prompt, context + [dict(m) for m in prompt.question_turn], schedule, dropped)
 
-    def _answer(self, task: Task, ask: ProbeAsk, scored: ScoreResult | None) -> ProbeResult:
+    def answer_probe(self, task: Task, ask: ProbeAsk, scored: ScoreResult | None) -> ProbeResult:
         """The probe's result from its candidates' scores (and, with ``generate``, a greedy answer)."""
         probe = task.probes[ask.index]
         fmt = self.config.probe
@@ -521,7 +532,7 @@ class Replay:
         return ProbeResult(ask.index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
                            choice, mc, mc_norm, tuple(sorted(ask.dropped & set(probe.evidence_ids))), passed)
 
-    def _score(self, context: list[dict[str, Any]], continuations: list[str],
+    def score_probe(self, context: list[dict[str, Any]], continuations: list[str],
                schedule: Schedule | Mapping[str, Any] | None, prefix: str) -> ScoreResult | None:
         """Candidate log-likelihoods, or ``None`` when scoring is by generation and the probe has no
         candidates or the engine cannot score.

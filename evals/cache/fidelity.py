@@ -41,7 +41,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.accounting import Accountant
+from engine.cache.accounting import Accountant
 from engine.errors import AKVError
 from engine.interface import ChatEngine
 from engine.layout import Rendered, Renderer
@@ -237,18 +237,18 @@ class ProxyReplay(Replay):
         while len(memo) * per_entry > self.MEMO_SIZE:
             memo.popitem(last=False)
 
-    def _account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
+    def account(self, task: Task, points: list[int], decisions: Mapping[int, Decision | None],
                  ) -> tuple[list[RequestCost], CostBreakdown]:
         """The exact accounting of the base class, remembered per (task, schedule of every request): a
         screen's trials often decide alike (parameters that do not change the schedule on a task, a
         sampler proposing a point twice, two programs with one behaviour), and the accounting is most
         of what a proxy evaluation costs. Text rewrites are accounted afresh each time."""
         if any(d is not None and d.schedule is None for d in decisions.values()):
-            return super()._account(task, points, decisions)
+            return super().account(task, points, decisions)
         key = (task.id, tuple((n, None if (d := decisions[n]) is None else d.schedule) for n in points))
         hit = self._accounted.get(key)
         if hit is None:
-            hit = super()._account(task, points, decisions)
+            hit = super().account(task, points, decisions)
             self._remember(self._accounted, key, hit)
         else:
             self._accounted.move_to_end(key)
@@ -266,7 +266,7 @@ class ProxyReplay(Replay):
         tasks), given again when the same call comes again (a sampler proposing a point twice); a
         task's accounting and probes by the decisions themselves (the program's sandbox gives the
         same checked decisions again for the same text, :mod:`search_spaces.cache.program`), and
-        by their schedules (:meth:`_account`). A program's results are taken to depend on nothing
+        by their schedules (:meth:`account`). A program's results are taken to depend on nothing
         but its parameters and the tasks, as the sandbox makes them (no clock, no randomness, no
         files); :meth:`evaluate_reference` is what they must equal."""
         t0 = time.perf_counter()
@@ -275,7 +275,7 @@ class ProxyReplay(Replay):
         if hit is not None:
             self._screened.move_to_end(call)
             self.results_reused += len(tasks)
-            return [self._scored(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
+            return [self.scored_row(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
                     for task, r in zip(tasks, hit)]
         out: list[TaskResult] = []
         try:
@@ -291,35 +291,35 @@ class ProxyReplay(Replay):
                 except AKVError as err:
                     if err.transient:
                         raise
-                    out.append(self._failed(spec, task, f"{type(err).__name__}: {err}", t0))
+                    out.append(self.failed_row(spec, task, f"{type(err).__name__}: {err}", t0))
 
             policy.run_episodes(episodes, account)
         except AKVError as err:  # a policy that cannot run: every task's failure, recorded with its reason
             if err.transient:
                 raise
-            return [self._failed(spec, t, f"{type(err).__name__}: {err}", t0) for t in tasks]
+            return [self.failed_row(spec, t, f"{type(err).__name__}: {err}", t0) for t in tasks]
         if call is not None and len(out) == len(tasks) and all(r.ok for r in out):
             self._remember(self._screened, call, tuple(_Screened.of(r) for r in out), max(1, len(tasks)))
         return out
 
     def _decided_result(self, spec: PolicySpec, task: Task, cuts: Sequence[int], decisions: tuple[Decision, ...],
                         t0: float) -> TaskResult:
-        """:meth:`_result` of ``decisions`` (one per cut), remembered for a program by the decisions
+        """:meth:`evaluate_decisions` of ``decisions`` (one per cut), remembered for a program by the decisions
         object itself (kept alive here, so its identity names it alone while remembered)."""
         if spec.source is None:
-            return self._result(spec, task, self._guarded(task, dict(zip(cuts, decisions))), t0)
+            return self.evaluate_decisions(spec, task, self._guarded(task, dict(zip(cuts, decisions))), t0)
         key = (task.id, id(decisions))
         hit = self._decided.get(key)
         if hit is not None and hit[0] is decisions:
             self._decided.move_to_end(key)
             self.accounting_hits += 1
             r = hit[1]
-            return self._scored(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
-        result = self._result(spec, task, self._guarded(task, dict(zip(cuts, decisions))), t0)
+            return self.scored_row(spec, task, r.probes, r.copy_requests(), r.cost, time.perf_counter() - t0)
+        result = self.evaluate_decisions(spec, task, self._guarded(task, dict(zip(cuts, decisions))), t0)
         self._remember(self._decided, key, (decisions, _Screened.of(result)))
         return result
 
-    def _batch_scorer(self) -> None:
+    def batch_scorer(self) -> None:
         return None  # probes are predicted, never scored: nothing to batch
 
     def evaluate_reference(self, spec: PolicySpec, task: Task) -> TaskResult:
@@ -328,27 +328,27 @@ class ProxyReplay(Replay):
         decided on its own (:meth:`Policy.run_episodes` of the base class: a program answers one
         request per sandbox call, its module, messages and features made afresh, the previous
         decision given in canonical form, each decision parsed and checked in full), the session is
-        accounted afresh (:meth:`Replay._account`: nothing remembered) and each probe's dropped
+        accounted afresh (:meth:`Replay.account`: nothing remembered) and each probe's dropped
         messages come from :func:`probe_state`. Slow: for tests, not for screening."""
         t0 = time.perf_counter()
         try:
             policy = spec.build()
             if policy is None:
-                decisions = self._all_decisions(spec, task)
+                decisions = self.decide(spec, task)
             else:
                 decisions = self._guarded(task, dict(zip(request_cuts(task),
                                                          Policy.run_episodes(policy, [self.episode(task)])[0])))
-            requests, cost = Replay._account(self, task, list(request_points(list(task.messages))), decisions)
+            requests, cost = Replay.account(self, task, list(request_points(list(task.messages))), decisions)
             probes = []
             for i, p in enumerate(task.probes):
                 decision = decisions[p.after_message + 1]
                 dropped = probe_state(task, i, decision, spec.name == DIAGNOSTIC)[2]
                 probes.append(self._predicted(task, i, decision, dropped))
-            return self._scored(spec, task, tuple(probes), tuple(requests), cost, time.perf_counter() - t0)
+            return self.scored_row(spec, task, tuple(probes), tuple(requests), cost, time.perf_counter() - t0)
         except AKVError as err:
             if err.transient:
                 raise
-            return self._failed(spec, task, f"{type(err).__name__}: {err}", t0)
+            return self.failed_row(spec, task, f"{type(err).__name__}: {err}", t0)
 
     def _probe(self, task: Task, index: int, decision: Decision | None, spec: PolicySpec) -> ProbeResult:
         return self._predicted(task, index, decision, probe_dropped(task, index, decision, spec.name == DIAGNOSTIC))

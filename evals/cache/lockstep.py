@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from engine.engine import Prepared, ScoreResult
 from engine.errors import AKVError
 from engine.interface import BatchScorer
+from engine.results import Prepared, ScoreResult
 from evals.tasks.schema import Task
 from search_spaces import request_points
 from search_spaces.cache.decision import Decision
@@ -54,7 +54,7 @@ def evaluate_policies(replay: Replay, specs: Sequence[PolicySpec], task: Task) -
     Raises:
         AKVError: only a transient one (a server down), as :meth:`Replay.evaluate` does.
     """
-    scorer = replay._batch_scorer()
+    scorer = replay.batch_scorer()
     if scorer is None or len(specs) < 2 or not task.probes:  # (a log task: its fidelity turns, one policy at a time)
         return [replay.evaluate(spec, task) for spec in specs]
     started = [_start(replay, spec, task) for spec in specs]
@@ -64,7 +64,7 @@ def evaluate_policies(replay: Replay, specs: Sequence[PolicySpec], task: Task) -
         if not live:
             break
         _probe_together(replay, scorer, task, index, live)
-    return [r if not isinstance(r, _Run) else (r.failed or replay._scored(
+    return [r if not isinstance(r, _Run) else (r.failed or replay.scored_row(
         r.spec, task, tuple(r.probes), tuple(r.requests), r.cost, r.seconds)) for r in started]
 
 
@@ -72,19 +72,19 @@ def _start(replay: Replay, spec: PolicySpec, task: Task) -> _Run | TaskResult:
     """The policy's decisions and its session's accounting, or its failed row."""
     t0 = time.perf_counter()
     try:
-        decisions = replay._all_decisions(spec, task)
-        requests, cost = replay._account(task, list(request_points(list(task.messages))), decisions)
+        decisions = replay.decide(spec, task)
+        requests, cost = replay.account(task, list(request_points(list(task.messages))), decisions)
     except AKVError as err:
         if err.transient:
             raise
-        return replay._failed(spec, task, f"{type(err).__name__}: {err}", t0)
+        return replay.failed_row(spec, task, f"{type(err).__name__}: {err}", t0)
     return _Run(spec, decisions, requests, cost, time.perf_counter() - t0)
 
 
 def _fail(replay: Replay, run: _Run, task: Task, err: AKVError) -> None:
     if err.transient:
         raise err
-    run.failed = replace(replay._failed(run.spec, task, f"{type(err).__name__}: {err}", time.perf_counter()),
+    run.failed = replace(replay.failed_row(run.spec, task, f"{type(err).__name__}: {err}", time.perf_counter()),
                          seconds=run.seconds)
 
 
@@ -95,13 +95,13 @@ def _probe_together(replay: Replay, scorer: BatchScorer, task: Task, index: int,
     for run in live:
         t0 = time.perf_counter()
         try:
-            ask = replay._ask(task, index, run.decisions[probe.after_message + 1], run.spec)
+            ask = replay.ask_probe(task, index, run.decisions[probe.after_message + 1], run.spec)
             conts = list(ask.prompt.continuations)
             if conts:
                 asks.append((run, ask, scorer.prepare(ask.context, ask.schedule, prefix=ask.prompt.prefix,
                                                       candidates=conts)))
             else:  # refused (by log-likelihood) or answered by generation alone, as sequentially
-                replay._score(ask.context, conts, ask.schedule, ask.prompt.prefix)
+                replay.score_probe(ask.context, conts, ask.schedule, ask.prompt.prefix)
                 asks.append((run, ask, None))
         except AKVError as err:
             _fail(replay, run, task, err)
@@ -116,7 +116,7 @@ def _probe_together(replay: Replay, scorer: BatchScorer, task: Task, index: int,
         try:
             if isinstance(scored, AKVError):
                 raise scored
-            run.probes.append(replay._answer(task, ask, scored))
+            run.probes.append(replay.answer_probe(task, ask, scored))
         except AKVError as err:
             _fail(replay, run, task, err)
         run.seconds += time.perf_counter() - t0 + (share if prepared is not None else 0.0)

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.engine import Engine, Generation
+from engine.engine import Engine
+from engine.results import Generation
 from evals.survival.calibration import Calibration, Timing
 from evals.survival.chat import ChatTokens
 from evals.survival.text import render, vocabulary, word_ids

@@ -134,7 +134,7 @@ class ChatTokens:
         Raises:
             WorkloadError: the tokenizer does not split the workload's words one token each.
         """
-        encode = renderer._encode
+        encode = renderer.encode_text
         template = renderer.template
         if template.footers or template.default_system is not None:
             raise WorkloadError(f"template {template.name!r} gives some roles their own footer or writes a default "

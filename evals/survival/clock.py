@@ -12,7 +12,7 @@ charged (measured: about a millisecond a decision in the sandbox).
 
 from __future__ import annotations
 
-from engine.radix import TreeStats
+from engine.cache.radix import TreeStats
 from evals.survival.calibration import IDLE_S, Timing
 
 

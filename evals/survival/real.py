@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.engine import Engine, Generation
+from engine.engine import Engine
 from engine.history import Item
+from engine.results import Generation
 from engine.survival import TreeBackend
 from evals.survival.chat import common_prefix, new_tokens, turn_messages
 from evals.survival.clock import ModelClock

@@ -3,8 +3,8 @@
 ``simulate(trace, policy_spec, config) -> metrics dict`` is what the search loop calls to score a
 survival policy (a name, ``{"name", "params"}`` or a program ``{"source", "params"}``). Nothing
 of the engine's memory is modelled: each turn is the engine's own request path on a radix tree
-whose KV payloads are sizes only (``engine.accounting.Accountant``: ``engine.plan`` matching,
-planning, storing, eviction and the host tier of ``engine.radix``), with the histories the
+whose KV payloads are sizes only (``engine.cache.accounting.Accountant``: ``engine.cache.plan`` matching,
+planning, storing, eviction and the host tier of ``engine.cache.radix``), with the histories the
 engine's renderer would build (``evals.survival.chat.ChatTokens``, from the calibration), the real
 survival manager and policies over the real :class:`engine.survival.TreeBackend`, and the real
 scheduling loop (``evals.survival.loop``). Generated tokens are ids no history contains.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.accounting import Accountant, DryRequest
+from engine.cache.accounting import Accountant, DryRequest
 from engine.errors import AKVError
 from engine.history import Item
 from engine.survival import SurvivalManager, SurvivalPolicy, TreeBackend

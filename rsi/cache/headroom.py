@@ -71,7 +71,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
 
     o = cfg.oracle
     search.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget + 1))  # (at most; not in the plan)
-    h = measure_headroom(tasks, judge, search._dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
+    h = measure_headroom(tasks, judge, search.dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
                          bound_budget=o.bound_budget, single_budget=o.single_budget,
                          on_task=lambda t: search.say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
                                                        f"{t.oracle.cost_cents:.4f}c ({t.oracle.method}), rolling per "
@@ -90,7 +90,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         rows["rule_table"] = list(h.table.results)
     for name, c in (("tuned_seed", seed), ("evolved", evolved)):
         if c is not None:
-            rows[name] = search.evaluate(search._spec(c), tasks)
+            rows[name] = search.evaluate(search.candidate_spec(c), tasks)
     costs = {k: sum(r.cost_cents for r in v) for k, v in rows.items()}
     passes = {k: aggregate(v).pass_rate for k, v in rows.items()}
     share = _share(costs, "oracle")

@@ -205,10 +205,10 @@ class Search:
         episodes = [Episode.of(list(t.messages), self._counts(t)) for t in self.train]
         guide_fulls: list[TaskResult] = []
         if self.guide:  # the full cache at its assumed outcomes: every probe required
-            assumed = self._proxy or ProxyReplay(self._dry_engine(), EvidenceTable.assumed(self.guide),
+            assumed = self._proxy or ProxyReplay(self.dry_engine(), EvidenceTable.assumed(self.guide),
                                                  self.eval_config)
             guide_fulls = assumed.evaluate_many(PolicySpec("full"), self.guide)
-        replay = Replay(self._dry_engine(), self.eval_config)  # type: ignore[arg-type]  # (accounts only)
+        replay = Replay(self.dry_engine(), self.eval_config)  # type: ignore[arg-type]  # (accounts only)
 
         def cost(spec: PolicySpec, task: Task) -> float:
             return replay.cost(spec, task).cents
@@ -230,7 +230,9 @@ class Search:
                   f"({sum(len(n) for n in found.needed)} needed messages)")
         return found
 
-    def _dry_engine(self) -> DryEngine:
+    def dry_engine(self) -> DryEngine:
+        """An engine that renders and accounts without weights (this search's engine's renderer when
+        it has one, else the configured model's tokenizer): what the proxy and the bounds run on."""
         return (DryEngine.of(self._engine) if self._engine is not None
                 else DryEngine.load(self.config.model.name, self.config.model.template))
 
@@ -257,14 +259,15 @@ class Search:
         """The current front's (cost, pass) on exactly ``tasks`` (all from the store)."""
         out = []
         for c in self.archive.front():
-            spec = self._spec(c)
+            spec = self.candidate_spec(c)
             results = [self.store.get(r.key) for r in self._requests(spec, tasks)]
             if all(r is not None and r.ok for r in results):
                 m = aggregate([r for r in results if r is not None])
                 out.append((m.cost_cents_mean, m.pass_rate))
         return out
 
-    def _spec(self, c: Candidate) -> PolicySpec:
+    def candidate_spec(self, c: Candidate) -> PolicySpec:
+        """The policy that candidate ``c`` of the archive names (a program's source read from the run)."""
         if c.spec != "program":
             return PolicySpec(c.spec, c.params, label=c.label)
         return PolicySpec("program", c.params, source=self._source(c.program), label=c.label)
@@ -450,10 +453,10 @@ class Search:
             full = self.evaluate(PolicySpec("full"), self.train)
             dropped = self.evaluate(PolicySpec(DIAGNOSTIC), self.train)
         table = EvidenceTable.fit(full, dropped).merged(EvidenceTable.assumed(self.guide))
-        proxy = ProxyReplay(self._dry_engine(), table, self.eval_config)
+        proxy = ProxyReplay(self.dry_engine(), table, self.eval_config)
         for c in self.archive.candidates:  # (not ``full``: the proxy reproduces its control by construction)
             if c.expert and c.spec != "full" and c.train is not None and c.train.ok:
-                predicted = aggregate(proxy.evaluate_many(self._spec(c), self.train))
+                predicted = aggregate(proxy.evaluate_many(self.candidate_spec(c), self.train))
                 if predicted.ok:
                     self.fidelity_pairs[c.id] = (predicted.pass_rate, c.train.pass_rate)
         for spec, measured in self.expert_trials:  # every other setting the experts' tuning ran on train
@@ -691,7 +694,7 @@ class Search:
                 if c.heldout is not None:
                     continue
                 verify(frozen, c.id, self._source(c.program) if c.spec == "program" else None)
-                held = aggregate(self.evaluate(self._spec(c), self.heldout))
+                held = aggregate(self.evaluate(self.candidate_spec(c), self.heldout))
                 self.archive.with_heldout(c.id, held)
                 self.tracker.heldout(self.archive.get(c.id))
                 self.say(f"  held-out {c.label:40s} pass {held.pass_rate:.3f} cost {held.cost_cents_mean:.4f}c")
@@ -711,7 +714,7 @@ class Search:
 
     def train_results(self, c: Candidate) -> list[TaskResult]:
         """``c``'s stored train results (those evaluated; nothing is run)."""
-        found = (self.store.get(r.key) for r in self._requests(self._spec(c), self.train))
+        found = (self.store.get(r.key) for r in self._requests(self.candidate_spec(c), self.train))
         return [r for r in found if r is not None]
 
     def _ref_cost(self) -> float:
@@ -725,7 +728,7 @@ class Search:
 
     def feedback(self, c: Candidate) -> dict[str, Any]:
         """What a proposer learns about ``c``: per-family pass rates, cost breakdown, failed probes."""
-        results = [self.store.get(r.key) for r in self._requests(self._spec(c), self.train)]
+        results = [self.store.get(r.key) for r in self._requests(self.candidate_spec(c), self.train)]
         failed = []
         for r in results:
             if r is None:
@@ -799,7 +802,7 @@ class Search:
 
     def _heldout_results(self, c: Candidate) -> list[TaskResult] | None:
         """``c``'s per-task held-out results from the store (``None`` when one is missing)."""
-        results = [self.store.get(r.key) for r in self._requests(self._spec(c), self.heldout)]
+        results = [self.store.get(r.key) for r in self._requests(self.candidate_spec(c), self.heldout)]
         return None if any(r is None for r in results) else [r for r in results if r is not None]
 
     def _report(self) -> list[Path]:

@@ -81,7 +81,7 @@ Instead of a plan you may return the wire format itself:
 A message `m` has `m.index`, `m.role` ("system", "user", "assistant", "tool"), `m.content`,
 `m.reasoning` ("" when none), `m.has_reasoning`, `m.tool_calls` (tuple of `(name, arguments)`),
 `m.call_ids` (the calls' ids, aligned with `m.tool_calls`), `m.name`, `m.tool_call_id`, `m.tokens`,
-`m.text` (content, reasoning and calls joined),
+`m.text` (content, reasoning and calls joined), `m.entities` (those of `request.entities(m.index)`),
 `m.is_system`, `m.is_user`, `m.is_assistant`, `m.is_tool`. A plan has `drop`, `drop_reasoning`,
 `reposition`, `dropped()` (set of dropped ids) and `wire()`.
 
@@ -214,6 +214,13 @@ class Message:
             self._text = "\n".join(p for p in parts if p)
         return self._text
 
+    @property
+    def entities(self) -> frozenset[str]:
+        """The entities of :attr:`text` (:func:`entities`), read once per message."""
+        if self._entities is None:
+            self._entities = entities(self.text)
+        return self._entities
+
 
 class Plan:
     """A cumulative schedule under construction; ``wire()`` gives the wire-format dict."""
@@ -284,10 +291,7 @@ class Trajectory:
         self._mentions: dict[tuple[int, int], list[int]] = {}
 
     def entities(self, i: int) -> frozenset[str]:
-        m = self.messages[i]
-        if m._entities is None:
-            m._entities = entities(m.text)
-        return m._entities
+        return self.messages[i].entities
 
     def calls_of(self) -> list[tuple[str, str] | None]:
         """Per message, the ``(name, arguments)`` of the call a tool message answers (``None`` for
@@ -369,7 +373,7 @@ class RequestView:
                  previous_json: str | None = None, previous_n: int = 0) -> None:
         """``call_ends`` / ``prompt_ends``: what an AKV harness declares (default: the complete tool
         batches, no prompt suffixes). ``problems``: method name -> why the harness's declaration is
-        unusable; calling that method then raises ``ValueError`` and is recorded in ``_refused``, so
+        unusable; calling that method then raises ``ValueError`` and is recorded in :attr:`refusals`, so
         an exported module can refuse the request even when the program catches the exception.
         ``built``: the whole trajectory made once (:class:`Trajectory`), of which ``messages`` and
         ``tokens`` are the first ones: the requests of one trajectory share it instead of rebuilding
@@ -398,6 +402,12 @@ class RequestView:
         self._prompt_ends = {int(k): int(v) for k, v in (prompt_ends or {}).items()}
         self._problems = dict(problems or {})
         self._refused: list[str] = []
+
+    @property
+    def refusals(self) -> tuple[str, ...]:
+        """Why each call of a method the harness declared unusable (``problems``) was refused, in
+        order, even those the program caught: an exported module refuses the request on the first."""
+        return tuple(self._refused)
 
     @property
     def previous(self) -> dict[str, Any] | None:
@@ -462,9 +472,7 @@ class RequestView:
 
     def entities(self, i: int) -> frozenset[str]:
         if type(i) is int and 0 <= i < self.n:  # the common case, one call deep (programs ask it of every pair)
-            found = self._whole.messages[i]._entities
-            if found is not None:
-                return found
+            return self._whole.messages[i].entities
         return self._whole.entities(self._index(i))
 
     def _index(self, i: int) -> int:

@@ -328,7 +328,7 @@ class SandboxSession:
         if first.status is Status.OK and not (first.answer or {}).get("ready"):
             first = ChildOutput(Status.CRASHED, "the sandbox process did not get ready", None, first.wall_seconds)
         if first.status is not Status.OK:
-            self._fail(first)
+            self.fail(first)
 
     @property
     def alive(self) -> bool:
@@ -398,7 +398,7 @@ class SandboxSession:
             out = ChildOutput(Status.TIMEOUT, f"CPU time limit of {self.call_cpu_seconds:g} s exceeded", None,
                               time.monotonic() - start)
         if out.status is not Status.OK and not (keep_on_error and out.status is Status.ERROR):
-            self._fail(out)
+            self.fail(out)
         yield out
 
     def _over_cpu(self, cpu0: float | None) -> bool:
@@ -423,7 +423,8 @@ class SandboxSession:
                 stream.close()
         self._tmp.cleanup()
 
-    def _fail(self, out: ChildOutput) -> None:
+    def fail(self, out: ChildOutput) -> None:
+        """End this session with ``out`` as its ``failure``, killing its child if it still runs."""
         self.failure = out
         if self.proc.poll() is None:
             _kill(self.proc)
@@ -571,7 +572,7 @@ class SessionPool:
                 # failed to be made or sent would leave ``held`` counting what the child never got
                 for session, out in zip(sessions, outs):
                     if out is None:
-                        session._fail(ChildOutput(Status.CRASHED, "the call was interrupted", None, 0.0))
+                        session.fail(ChildOutput(Status.CRASHED, "the call was interrupted", None, 0.0))
                 raise
             return [o for o in outs if o is not None]
 

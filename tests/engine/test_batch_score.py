@@ -15,8 +15,8 @@ import torch
 import engine.batch_score as batch_score
 from engine import AKVError, Engine
 from engine.batch_score import PendingHidden, PendingKV
-from engine.kvstore import TensorKV
-from engine.radix import Node
+from engine.cache.kvstore import TensorKV
+from engine.cache.radix import Node
 from tests.conftest import tolerances
 from tests.engine.agent import trajectory
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from engine import REPOSITION, Drop, Engine, replay
-from engine.kvstore import TensorKV
+from engine.cache.kvstore import TensorKV
+from engine.cache.radix import KVState
 from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
-from engine.radix import KVState
 from tests.conftest import get_engine, tolerances
 from tests.engine.agent import trajectory
 from tests.engine.test_engine import fresh, rolling

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from engine import REPOSITION, Drop, replay
 from engine.attention import attend
+from engine.cache.plan import needed_closure
 from engine.oracle.reference import ReferenceExecutor
-from engine.plan import needed_closure
 from engine.prefill import batched_prefill, history_jobs
 from engine.rope import rotate_keys
 from tests.conftest import tolerances

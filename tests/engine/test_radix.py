@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import REPOSITION, Accountant, Drop
+from engine.cache.radix import KVState, RadixTree
 from engine.oracle.naive_cache import NaiveCache
-from engine.radix import KVState, RadixTree
 
 BPT = 10  # bytes per token in these tests
 

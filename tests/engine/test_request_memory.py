@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import torch
 
-import engine.engine as engine_module
+import engine.scoring as scoring
 from engine.layout import Renderer
 from engine.oracle.reference import ReferenceExecutor
 from tests.conftest import tolerances
@@ -29,15 +29,15 @@ def reference_score(eng, items, cont) -> float:
 
 
 def test_candidates_scored_in_many_groups_match_the_reference(tiny, monkeypatch):
-    monkeypatch.setattr(engine_module, "SCORE_GROUP_SIZE", 3)
-    monkeypatch.setattr(engine_module, "SCORE_GROUP_TOKENS", 6)  # the longest candidate is a group of its own
-    monkeypatch.setattr(engine_module, "SCORE_LOGIT_ROWS", 2)
+    monkeypatch.setattr(scoring, "SCORE_GROUP_SIZE", 3)
+    monkeypatch.setattr(scoring, "SCORE_GROUP_TOKENS", 6)  # the longest candidate is a group of its own
+    monkeypatch.setattr(scoring, "SCORE_LOGIT_ROWS", 2)
     eng = fresh(tiny)
     msgs = trajectory(3)
     sched = rolling(len(msgs), 1)  # drops and repositions: every candidate sees a rotated view
     prepared = eng.prepare(msgs, sched, prefix="It ships from", candidates=CANDIDATES)
     lens = [len(c) for c in prepared.continuations]
-    assert max(lens) > 6 and len(engine_module._groups_of(lens)) >= 3
+    assert max(lens) > 6 and len(scoring._groups_of(lens)) >= 3
     cold = eng.score(msgs, CANDIDATES, sched, prefix="It ships from")
     warm = eng.score(msgs, CANDIDATES, sched, prefix="It ships from")  # the history's last state is cached now
     assert cold.usage.prefill_tokens > 0 and warm.usage.prefill_tokens == 0
@@ -53,7 +53,7 @@ def test_candidates_scored_in_many_groups_match_the_reference(tiny, monkeypatch)
 
 
 def test_groups_respect_both_bounds():
-    groups = engine_module._groups_of([1] * 40 + [300, 2, 2])
+    groups = scoring._groups_of([1] * 40 + [300, 2, 2])
     assert [len(g) for g in groups] == [16, 16, 8, 1, 2]
     assert [i for g in groups for i in g] == list(range(43))
 

@@ -7,10 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import REPOSITION, Accountant, Drop
+from engine.cache.session_accountant import SessionAccountant
 from engine.history import merge_ranges
 from engine.layout import SessionLayout
 from engine.oracle.naive_cache import NaiveCache
-from engine.session_accountant import SessionAccountant
 
 GEN = [90, 91]  # the generation prompt, which is also an assistant turn's header
 STOP = 92  # an assistant turn's footer starts with the stop token

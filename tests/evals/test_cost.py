@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.plan import TokenUsage
+from engine.cache.plan import TokenUsage
 from evals import CostBreakdown, Rates, available_rates, load_rates, request_cost, sum_costs, task_cost
 from evals.errors import CostError
 

@@ -58,7 +58,7 @@ def test_guarded_decisions_meet_the_definition_on_a_real_policy(dry, mixed_tasks
         roles = [m["role"] for m in task.messages]
         first_user = roles.index("user")
         plain = replay._decisions(spec.build(), task, sorted(replay.episode(task).cuts))
-        guarded = replay._all_decisions(spec, task)
+        guarded = replay.decide(spec, task)
         previous, covered = parse_schedule(None), 0
         for n in sorted(guarded):
             d = guarded[n]

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from engine import Engine
+from engine.cache.plan import TokenUsage
 from engine.durable import CheckpointStore
 from engine.errors import AKVError, RemoteError, RemoteUnavailableError
-from engine.plan import TokenUsage
 from engine.remote import RemoteEngine
 from engine.server import ServerThread, create_app
 from evals.cache.live import Corpus, LiveConfig, calculate, run_episode, run_live, summary

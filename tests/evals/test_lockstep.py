@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine import Engine
-from engine.engine import Prepared, ScoreResult
+from engine.results import Prepared, ScoreResult
 from evals.cache.evaluator import EvalConfig, PolicySpec, ProbeAsk, Replay, TaskResult
 from search_spaces.cache.seeds import seed_source
 
@@ -73,8 +73,8 @@ def _compare(base: Engine, specs: list[PolicySpec], tasks, config: EvalConfig) -
     lock.score_many = lambda reqs: batches.append(len(reqs)) or many(reqs)  # type: ignore[method-assign]
     a, b = Replay(lock, config), Replay(seq, config)
     answered: list[tuple[ProbeAsk, ScoreResult | None]] = []
-    answer = a._answer
-    a._answer = lambda task, ask, scored: answered.append((ask, scored)) or answer(task, ask, scored)  # type: ignore[method-assign]
+    answer = a.answer_probe
+    a.answer_probe = lambda task, ask, scored: answered.append((ask, scored)) or answer(task, ask, scored)  # type: ignore[method-assign]
     out = []
     for task in tasks:
         got = a.evaluate_policies(specs, task)
@@ -116,7 +116,7 @@ def test_lockstep_with_generation(tasks, eng):
 
 def test_one_policy_or_an_engine_that_cannot_batch_goes_one_at_a_time(tasks, eng, monkeypatch):
     replay = Replay(eng, EvalConfig(generate=False))
-    monkeypatch.setattr(Replay, "_batch_scorer", lambda self: None)
+    monkeypatch.setattr(Replay, "batch_scorer", lambda self: None)
     calls = []
     real = Replay.evaluate
     monkeypatch.setattr(Replay, "evaluate", lambda self, s, t: calls.append(s) or real(self, s, t))

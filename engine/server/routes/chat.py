@@ -16,10 +16,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
-from engine.engine import ChatResult
 from engine.errors import AKVError, show
+from engine.results import ChatResult
 from engine.server.body import json_body
 from engine.server.prepare import prepare_chat
+from engine.server.scheduler import ChatJob
 from engine.server.schemas import ChatRequest
 from engine.server.served import Served, ServedDep, usage_json
 from engine.server.tenants import tenant_of
@@ -54,14 +55,13 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
     gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
     if gap is not None and req.session_id is None:
         raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
-    args = {"messages": req.messages, "schedule": schedule, "prepared": ready.prepared, "max_tokens": max_tokens,
-            "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "stop": req.stop_list(),
-            "ignore_eos": req.ignore_eos, "min_tokens": req.min_tokens, "prefix": req.prefix,
-            "tool_choice": req.tool_choice, "salt": tenant.salt}
+    chat_job = ChatJob(req.messages, schedule, ready.prepared, max_tokens, temperature=req.temperature,
+                       top_p=req.top_p, seed=req.seed, stop=req.stop_list(), ignore_eos=req.ignore_eos,
+                       min_tokens=req.min_tokens, prefix=req.prefix, tool_choice=req.tool_choice, salt=tenant.salt)
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if req.stream:
-        return await _stream(s, req, args, rid, schedule, t0, sid)
-    result: ChatResult = await s.run(s.new_job(req.timeout, chat=args, session=sid, tool_gap=gap))
+        return await _stream(s, req, chat_job, rid, schedule, t0, sid)
+    result: ChatResult = await s.run(s.new_job(req.timeout, chat=chat_job, session=sid, tool_gap=gap))
     s.sessions.update(sid, req.messages, schedule)
     s.metrics.latency.observe(time.perf_counter() - t0)
     parse = bool(req.tools) and req.tool_choice != "none"
@@ -73,11 +73,11 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
             "choices": [choice], "usage": usage_json(result.usage)}
 
 
-async def _stream(s: Served, req: ChatRequest, args: dict[str, Any], rid: str, schedule: Any, t0: float,
+async def _stream(s: Served, req: ChatRequest, chat_job: ChatJob, rid: str, schedule: Any, t0: float,
                   sid: str | None) -> Response:
     pieces: asyncio.Queue[str] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    job = s.new_job(req.timeout, chat=args, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
+    job = s.new_job(req.timeout, chat=chat_job, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
                     session=sid, tool_gap=ToolGap.from_wire(req.tool_gap) if req.tool_gap else None)
     s.scheduler.submit(job)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)

@@ -2,7 +2,7 @@
 
 An :class:`Accountant` owns its own radix tree whose payloads are sizes only. Fed the same
 requests (and the same output tokens) as an :class:`engine.Engine` with the same budgets, it
-reports the same usage token for token, because both go through ``engine.plan``. The evaluator
+reports the same usage token for token, because both go through ``engine.cache.plan``. The evaluator
 uses it to cost a policy's run exactly and in milliseconds.
 """
 
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from engine.cache.kvstore import Payload, SizedKV
+from engine.cache.plan import TokenUsage, commit, plan_request, release
+from engine.cache.radix import KVState, Node, RadixTree
 from engine.history import Item, replay
-from engine.kvstore import Payload, SizedKV
 from engine.layout import Rendered, Renderer
-from engine.plan import TokenUsage, commit, plan_request, release
-from engine.radix import KVState, Node, RadixTree
 from engine.schedule import Schedule
 
 
@@ -120,7 +120,7 @@ def insert_output(tree: RadixTree, items: list[Item], output_ids: list[int],
             if node.state is KVState.ABSENT and node.n_tokens and node.token_end > n_prompt:
                 s, e = max(node.token_start, n_prompt), node.token_end
                 if tree.ensure_room((e - s) * bytes_per_token):
-                    tree.fill(tree._isolate(node, s, e), make(s - n_prompt, e - n_prompt))
+                    tree.fill(tree.isolate(node, s, e), make(s - n_prompt, e - n_prompt))
         missing = len(full) - match.n_items
         if missing > 0:
             room = tree.ensure_room(missing * bytes_per_token)

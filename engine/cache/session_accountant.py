@@ -18,7 +18,7 @@ generation prompt and the fed output tokens, all with KV):
 2. A token without KV was skipped: dropped, by an event in some ``stable``, before anything
    attended to it. A later request keeps that drop (it extends ``stable``), so the token is not
    alive at its end and not in the view of any later segment: no request needs it again.
-3. So :func:`engine.plan.closure` computes nothing before the new items: the segments there need
+3. So :func:`engine.cache.plan.closure` computes nothing before the new items: the segments there need
    only tokens with KV. The new items match the previous ``tail`` as far as they agree with it
    (no older tail branches off at or after the end of ``stable``: checked, else the general path
    runs), the rest
@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.accounting import Accountant
+from engine.cache.accounting import Accountant
+from engine.cache.plan import TokenUsage
+from engine.cache.radix import common_prefix
 from engine.history import Drop, Item, Reposition, event_indices
 from engine.layout import Rendered, Renderer, SessionLayout
-from engine.plan import TokenUsage
-from engine.radix import common_prefix
 from engine.schedule import Schedule
 
 UNBOUNDED = 1 << 60
@@ -235,7 +235,7 @@ def _walk(new: Sequence[Item], events: list[int], alive0: np.ndarray, pos0: np.n
 
 
 def _closure(alive: np.ndarray, segments: list[tuple[int, int, np.ndarray]], matched: int) -> np.ndarray:
-    """:func:`engine.plan.closure` over the new tokens (the first ``matched`` have KV): which to compute."""
+    """:func:`engine.cache.plan.closure` over the new tokens (the first ``matched`` have KV): which to compute."""
     n = alive.shape[0]
     avail = np.zeros(n, dtype=bool)
     avail[:matched] = True

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.cache.kvstore import Payload
+from engine.cache.radix import KVState, MatchResult, Node, RadixTree
 from engine.history import History, Item, mask_runs
-from engine.kvstore import Payload
-from engine.radix import KVState, MatchResult, Node, RadixTree
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ def commit(
             if node.state is KVState.ABSENT and node.n_tokens:
                 a = node.token_start
                 for s, e in mask_runs(stored[a:node.token_end]):
-                    tree.fill(tree._isolate(node, a + s, a + e), make_payload(a + s, a + e))
+                    tree.fill(tree.isolate(node, a + s, a + e), make_payload(a + s, a + e))
     end: Node = plan.match.last or tree.root
     suffix = list(items[plan.match.n_items:])
     token = plan.matched_tokens

@@ -32,7 +32,7 @@ therefore always the candidate with the smallest current ``(key, uid)`` -- what 
 the tree would pick (``tests/engine/test_radix.py`` checks this against one) -- at a cost of
 ``O(log n)`` per event, so a simulator can drive thousands of sessions through the same tree.
 
-The tree is payload-agnostic (``engine.kvstore``): the dry run uses sizes only and makes exactly
+The tree is payload-agnostic (``engine.cache.kvstore``): the dry run uses sizes only and makes exactly
 the same decisions. Mutations happen only through its methods; ``check_integrity`` verifies
 every structural and accounting invariant.
 """
@@ -46,9 +46,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine.cache.kvstore import Payload
 from engine.errors import AKVError
 from engine.history import Drop, Item, count_drops, count_tokens, intersect_ranges, merge_ranges
-from engine.kvstore import Payload
 
 
 class KVState(enum.Enum):
@@ -481,13 +481,13 @@ class RadixTree:
         for node in targets:
             # Left to right: isolating [s, e) leaves ``node`` holding the tokens after e.
             for s, e in dead[node.uid]:
-                piece = self._isolate(node, s, e)
+                piece = self.isolate(node, s, e)
                 freed += piece.n_tokens
                 self._discard_kv_only(piece)
         self.stats.freed_dropped_tokens += freed
         return freed
 
-    def _isolate(self, node: Node, s: int, e: int) -> Node:
+    def isolate(self, node: Node, s: int, e: int) -> Node:
         """Split ``node`` so that tokens [s, e) form one node, and return that node."""
         if e < node.token_end:
             node = self.split_at_token(node, e - node.token_start)
