@@ -46,7 +46,7 @@ from engine.cache.plan import RequestPlan, commit, plan_request, release
 from engine.cache.radix import KVState, Node
 from engine.errors import AKVError
 from engine.prefill import Job, PrefillResult, batched_prefill, history_jobs
-from engine.scoring import SCORE_LOGIT_ROWS, target_logprobs
+from engine.scoring import logit_rows, target_logprobs
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -318,9 +318,9 @@ class _Pass:
             for idx, cont in zip(r.candidate_idx, r.prepared.continuations):
                 rows.extend(row_of[int(t)] for t in r.glob[idx[:-1]])
                 targets.extend(cont[1:])
-        stacked = torch.stack(firsts)
-        first_lp = torch.cat([torch.log_softmax(model.logits(stacked[a:a + SCORE_LOGIT_ROWS]), -1)
-                              for a in range(0, len(firsts), SCORE_LOGIT_ROWS)])
+        stacked, chunk = torch.stack(firsts), logit_rows(model.vocab_size)
+        first_lp = torch.cat([torch.log_softmax(model.logits(stacked[a:a + chunk]), -1)
+                              for a in range(0, len(firsts), chunk)])
         picked: list[float] = []
         if targets:
             assert hidden is not None

@@ -3,7 +3,7 @@
 A request's history is computed once, with the first group of candidates; the candidates go
 through the model in groups (:data:`SCORE_GROUP_TOKENS`, :data:`SCORE_GROUP_SIZE`), each seeing
 the history's alive tokens and then itself, and only each token's own log-probability is kept
-(:func:`target_logprobs`, :data:`SCORE_LOGIT_ROWS` rows of logits at a time), so memory does not
+(:func:`target_logprobs`, :func:`logit_rows` rows of logits at a time), so memory does not
 grow with the number of candidates. Many requests in one pass: :mod:`engine.batch_score`.
 """
 
@@ -27,11 +27,18 @@ SCORE_GROUP_TOKENS = 256
 """Candidate tokens :meth:`Engine.score` puts through the model in one forward pass (bounds its memory)."""
 SCORE_GROUP_SIZE = 16
 """Candidates in one forward pass (each holds its own view of the history while attending)."""
-SCORE_LOGIT_ROWS = 128
-"""Rows of vocabulary-sized logits alive at once while scoring: 128 x 262,144 float32s (134 MB) for
-gemma's vocabulary. Each chunk reads the whole LM head once, so larger chunks read it fewer times:
-scoring a conversation's 1,519 recorded assistant tokens (probe-free fidelity) took 1.8x less time
-at 128 rows than at 16, with identical log-likelihoods (rows are independent in the product)."""
+SCORE_LOGIT_BYTES = 24 << 20
+"""Bytes of vocabulary-sized float32 logits alive at once while scoring (``logsumexp`` holds a
+temporary of the same size): 24 rows at gemma's 262,144-token vocabulary, 41 at Qwen's 151,936.
+Each chunk reads the whole LM head once, so larger chunks read it fewer times (scoring 1,519
+recorded assistant tokens took 1.8x less time at 128 rows than at 16), but 128 rows grew a scoring
+process by 230 MiB (tests/engine/test_request_memory.py bounds the growth at 64 MiB). Rows are
+independent in the product: any chunk size gives the same log-likelihoods."""
+
+
+def logit_rows(vocab_size: int) -> int:
+    """Rows of logits per chunk within :data:`SCORE_LOGIT_BYTES` (at least 1)."""
+    return max(1, SCORE_LOGIT_BYTES // (4 * max(1, vocab_size)))
 
 
 def _groups_of(lens: Sequence[int]) -> list[list[int]]:
@@ -61,7 +68,7 @@ def score_passes(model: LeanModel, tree: RadixTree, bytes_per_token: int, plan: 
                                                                 positions next_pos, next_pos + 1, ...
 
     Pass 1 computes the history's missing tokens and the first group; later passes gather the
-    history's KV from pass 1's result. Logits are made ``SCORE_LOGIT_ROWS`` rows at a time.
+    history's KV from pass 1's result. Logits are made :func:`logit_rows` rows at a time.
     """
     n = history.n_tokens
     lens = [len(c) for c in conts]
@@ -109,12 +116,13 @@ def score_passes(model: LeanModel, tree: RadixTree, bytes_per_token: int, plan: 
 
 def target_logprobs(model: LeanModel, hidden: torch.Tensor | None, targets: Sequence[int]) -> list[float]:
     """log p(targets[r] | hidden[r]) under ``model`` for each row of ``hidden`` (last-layer states),
-    computing at most SCORE_LOGIT_ROWS rows of logits at once (what scoring keeps of each token)."""
+    computing at most :func:`logit_rows` rows of logits at once (what scoring keeps of each token)."""
     assert hidden is not None and hidden.shape[0] == len(targets)
     out: list[float] = []
     want = torch.as_tensor(list(targets), dtype=torch.int64, device=hidden.device)
-    for a in range(0, len(targets), SCORE_LOGIT_ROWS):
-        logits = model.logits(hidden[a:a + SCORE_LOGIT_ROWS])
-        lp = logits.gather(1, want[a:a + SCORE_LOGIT_ROWS, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    rows = logit_rows(model.vocab_size)
+    for a in range(0, len(targets), rows):
+        logits = model.logits(hidden[a:a + rows])
+        lp = logits.gather(1, want[a:a + rows, None])[:, 0] - torch.logsumexp(logits, dim=-1)
         out.extend(lp.tolist())
     return out

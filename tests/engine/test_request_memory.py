@@ -31,7 +31,7 @@ def reference_score(eng, items, cont) -> float:
 def test_candidates_scored_in_many_groups_match_the_reference(tiny, monkeypatch):
     monkeypatch.setattr(scoring, "SCORE_GROUP_SIZE", 3)
     monkeypatch.setattr(scoring, "SCORE_GROUP_TOKENS", 6)  # the longest candidate is a group of its own
-    monkeypatch.setattr(scoring, "SCORE_LOGIT_ROWS", 2)
+    monkeypatch.setattr(scoring, "SCORE_LOGIT_BYTES", 2 * 4 * tiny.model.vocab_size)  # two rows a chunk
     eng = fresh(tiny)
     msgs = trajectory(3)
     sched = rolling(len(msgs), 1)  # drops and repositions: every candidate sees a rotated view
