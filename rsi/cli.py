@@ -233,15 +233,30 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from rsi.cache.export import load_archive
-    from rsi.cache.report import write_report
+    from rsi.rundir import RunDir
 
-    load_archive(Path(args.run_dir))  # a clear error for a directory that holds no run (yet)
-    write_report(args.run_dir)
-    from rsi.cache.headline import run_headline
+    run = Path(args.run_dir)
+    if RunDir(run).is_survival:  # the report of the run's own track
+        from rsi.rundir import read_json
+        from rsi.survival.report import describe_headline
+        from rsi.survival.report import write_report as write_survival_report
 
-    print("headline:\n  " + "\n  ".join(run_headline(args.run_dir)))
-    print(f"report: {(Path(args.run_dir) / 'report.html').resolve()}")
+        if not (run / "archive.json").is_file():
+            raise AKVError(f"{run} has no archive.json yet: the evolution has not scored its baselines",
+                           field="run_dir", value=str(run))
+        write_survival_report(run)
+        head = run / "headline.json"
+        lines = describe_headline(read_json(head, dict)) if head.is_file() else ["no headline.json yet"]
+    else:
+        from rsi.cache.export import load_archive
+        from rsi.cache.headline import run_headline
+        from rsi.cache.report import write_report
+
+        load_archive(run)  # a clear error for a directory that holds no run (yet)
+        write_report(run)
+        lines = run_headline(run)
+    print("headline:\n  " + "\n  ".join(lines))
+    print(f"report: {(run / 'report.html').resolve()}")
     return 0
 
 

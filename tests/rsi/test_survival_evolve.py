@@ -421,3 +421,13 @@ def test_confirm_replay_on_some_traces_compares_them_with_their_own_simulation(t
     want = sum(s["recompute_tokens"] for s in sims) / 2
     assert row["simulated"]["recompute_tokens"] == pytest.approx(want)  # the same two traces, not all four
     assert row["simulated_all_heldout"]["n_traces"] == 4
+
+
+def test_akv_report_writes_the_survival_report_of_a_survival_run(tiny_run, capsys):
+    """``akv report`` reads the run's track (``RunDir``) and rebuilds that track's report."""
+    _, res = tiny_run
+    page = res.run_dir / "report.html"
+    page.unlink()
+    assert main(["report", str(res.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "p95 resume TTFT vs recompute tokens" in page.read_text() and "held-out traces" in out
