@@ -10,6 +10,7 @@ with each family, not here.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -70,3 +71,15 @@ def check_choice(family: str, name: str, value: Any, choices: Sequence[Any]) -> 
 def as_dict(params: Any) -> dict[str, Any]:
     """The resolved parameters as a plain dict (what ``Policy.params`` returns)."""
     return dataclasses.asdict(params)
+
+
+def job_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A program's parameters as the sandbox receives them: a JSON round trip (a copy of plain values).
+
+    Raises:
+        ParameterError: a value that is not JSON.
+    """
+    try:
+        return json.loads(json.dumps(dict(params)))
+    except (TypeError, ValueError) as err:
+        raise ParameterError(f"program parameters must be JSON values: {err}", field="params") from err

@@ -25,8 +25,8 @@ from search_spaces.cache.decision import Decision, appended_decision, cache_deci
 from search_spaces.cache.embed import Embedder
 from search_spaces.cache.policy import Policy
 from search_spaces.cache.request import Episode, PolicyKind, Request
-from search_spaces.errors import DecisionError, ParameterError, ProgramFailure
-from search_spaces.params import unknown_parameter
+from search_spaces.errors import DecisionError, ProgramFailure
+from search_spaces.params import job_params, unknown_parameter
 from search_spaces.sandbox import ChildOutput, RunOutcome, SandboxLimits, SandboxSession, SessionPool, Status, one_line
 from search_spaces.sandbox.checker import CheckResult, check_program
 
@@ -85,13 +85,6 @@ def _decide_message(part: Sequence[Episode], params: dict[str, Any]) -> Callable
 
 _PART = re.compile(rb'\{"partial": (0|[1-9][0-9]{0,8}), "decisions": ')
 """How a streamed part starts (``child._decide_all``); the decisions' JSON text follows, then ``}``."""
-
-
-def _job_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        return json.loads(json.dumps(dict(params)))
-    except (TypeError, ValueError) as err:
-        raise ParameterError(f"program parameters must be JSON values: {err}", field="params") from err
 
 
 SHARDS = 2
@@ -154,7 +147,7 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
     if check.defaults is not None and set(params) - set(check.defaults):
         unknown = sorted(set(params) - set(check.defaults))[0]
         return SandboxResult(Status.INVALID, f"parameter {unknown!r} is not in the program's DEFAULTS", check.sha256)
-    job_params = _job_params({**(check.defaults or {}), **params})
+    sent = job_params({**(check.defaults or {}), **params})
     parts = [episodes[k::SHARDS] for k in range(min(SHARDS, len(episodes)))] or [[]]
     keys = [episode_key(e) for e in episodes]
     validated: list[tuple[Decision, ...]] = []
@@ -200,7 +193,7 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
                 raised.append(err)
 
     start = _starter(source, limits)
-    outs = SESSIONS.ask_all([((check.sha256, limits, k), start, _decide_message(part, job_params),
+    outs = SESSIONS.ask_all([((check.sha256, limits, k), start, _decide_message(part, sent),
                               functools.partial(partial, k)) for k, part in enumerate(parts)])
     if raised:
         raise raised[0]
@@ -363,7 +356,7 @@ class ProgramPolicy(Policy):
             raise unknown_parameter("program", unknown[0], list(defaults), params[unknown[0]])
         self.source = source
         self.limits = limits or SandboxLimits()
-        self._params = _job_params({**defaults, **params})
+        self._params = job_params({**defaults, **params})
 
     @property
     def sha256(self) -> str:

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
-from search_spaces.cache.program import _job_params
 from search_spaces.errors import ProgramFailure
-from search_spaces.params import unknown_parameter
+from search_spaces.params import job_params, unknown_parameter
 from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, one_line, run_child
 from search_spaces.sandbox.checker import CheckResult, check_program
 from search_spaces.survival.builtin import parse_decisions
@@ -52,7 +51,7 @@ def _resolve(source: str, params: Mapping[str, Any]) -> _Resolved:
     if check.defaults is not None and set(params) - set(check.defaults):
         unknown = sorted(set(params) - set(check.defaults))[0]
         return _Resolved(check, None, f"parameter {unknown!r} is not in the program's DEFAULTS", unknown)
-    return _Resolved(check, _job_params({**(check.defaults or {}), **params}), "ok")
+    return _Resolved(check, job_params({**(check.defaults or {}), **params}), "ok")
 
 
 def run_survival_program(source: str, params: Mapping[str, Any], requests: Sequence[SurvivalRequest],
