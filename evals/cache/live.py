@@ -238,6 +238,7 @@ class LiveConfig:
         if self.tool_choice not in ("required", "auto"):
             raise AKVError(f"LiveConfig.tool_choice must be 'required' or 'auto', got {self.tool_choice!r}",
                            field="tool_choice", value=self.tool_choice)
+        load_rates(self.rates)  # an unknown price point is refused before any episode runs, not after
 
 
 @dataclass

@@ -250,3 +250,8 @@ def test_every_turn_asks_for_a_call_where_the_tools_are_declared(tmp_path):
         with pytest.raises(AKVError) as err:
             LiveConfig(**bad)
         assert err.value.field == next(iter(bad))
+
+
+def test_an_unknown_price_point_is_refused_before_any_episode():
+    with pytest.raises(AKVError, match="unknown rates 'nope'"):
+        LiveConfig(rates="nope")
