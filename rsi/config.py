@@ -181,7 +181,7 @@ class CascadeConfig:
         margin: predicted-pass margin of the promotion rule (0: the plain proxy front).
         check: after the last generation, how many screened parameter sets the model has not
             evaluated it evaluates on all of train, spread evenly over the predicted pass range,
-            only to check the proxy (``rsi.cache.search.Search.fidelity_sample``): the promoted sets
+            only to check the proxy (``rsi.cache.cascade.Cascade.sample``): the promoted sets
             alone cover a narrow range of predictions, where a rank correlation says little.
     """
 

@@ -1,8 +1,10 @@
 """The cache track of the search: which history the model stops attending to, and when positions move.
 
 ``rsi.cache.search.Search`` runs a config (``rsi.config``) in a run directory through the shared
-generation loop (``rsi.loop``): experts and tuned experts (``expert_tuning``), the evaluation cascade
-(``rsi.tuning``), behaviour fingerprints (``fingerprint``), diversity niches (``niches``), the
+generation loop (``rsi.loop``), with its parts passed explicitly: the model evaluations and their
+budget ledger (``evaluations``), experts and tuned experts (``expert_tuning``), the evaluation cascade
+(``cascade``, over ``rsi.tuning``'s screen), the proposer's feedback (``feedback``) and the tasks
+(``task_sets``); behaviour fingerprints (``fingerprint``), diversity niches (``niches``), the
 tuning-only arm (``ablation``), the held-out headroom (``headroom``) and the headline with paired
 intervals (``headline``; ``pooling`` pools several runs'). ``executors`` run model evaluations
 (in process, a local server, Ray replicas), ``progress`` draws the bar, ``report`` and

@@ -2,13 +2,13 @@
 programs or hill climbing?
 
 After the generations, the same search runs each arm of ``SearchConfig.arms`` in turn, until that
-arm has asked the model for as many train policy-task evaluations as the generations did
-(``Search.spent``: stored results count, since a fresh run pays for them; an arm whose rounds run
-out, :data:`PROGRAM_ARM_ROUNDS` per generation for the program-writing arms, stops early and says
-so). Every arm starts from generation 0 (the seeds as the search tuned them) and keeps its
-candidates in an archive of its own (``ablation.json``), so nothing it finds enters the evolved
-front. Same seed, same tasks, same cascade and frame guard, same model budget, same tuning of each
-candidate:
+arm has asked the model for as many train policy-task evaluations as the generations did (the
+ledger's ``rsi.cache.evaluations.Evaluations.spent``: stored results count, since a fresh run pays
+for them; an arm whose rounds run out, :data:`PROGRAM_ARM_ROUNDS` per generation for the
+program-writing arms, stops early and says so). Every arm starts from generation 0 (the seeds as
+the search tuned them) and keeps its candidates in an archive of its own (``ablation.json``), so
+nothing it finds enters the evolved front. Same seed, same tasks, same cascade and frame guard,
+same model budget, same tuning of each candidate:
 
 - ``tuning-only``: the seed programs tuned again in new studies (the proposer ``none``,
   ``rsi.proposers.tuning``); candidates ``t<round>-p<i>``.
@@ -25,16 +25,16 @@ tasks, and ``akv pool`` pools those rows across runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rsi.archive import Archive, Candidate
+from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, choose_on_train
-from rsi.loop import ARM, run_arm, run_proposer_arm
-from search_spaces import seed_source
-
-if TYPE_CHECKING:
-    from rsi.cache.search import Search
+from rsi.config import SearchConfig
+from rsi.loop import ARM, Track, run_arm, run_proposer_arm
+from search_spaces import Episode, seed_source
 
 ABLATION_FILE = "ablation.json"
 TAGS = {ARM: "t", "random": "r", "hillclimb": "h"}
@@ -62,42 +62,46 @@ class ArmResult:
                 "candidates": [c.to_dict() for c in self.candidates]}
 
 
-def run_arms(search: Search) -> list[ArmResult]:
-    """Run every arm of ``search.config.arms`` (module docstring); writes ``ablation.json``: the
-    tuning-only arm's fields at the top level (as runs before the other arms wrote it) and ``arms``,
-    one object per arm."""
-    results = [run_arm_of(search, arm) for arm in search.config.arms]
+def run_arms(track: Track, config: SearchConfig, evals: Evaluations, smoke: Sequence[Episode],
+             say: Callable[[str], None]) -> list[ArmResult]:
+    """Run every arm of ``config.arms`` (module docstring) on ``track`` (the search: it tunes each
+    program), counting in ``evals``' ledger; writes ``ablation.json``: the tuning-only arm's fields at
+    the top level (as runs before the other arms wrote it) and ``arms``, one object per arm."""
+    results = [run_arm_of(track, config, evals, smoke, say, arm) for arm in config.arms]
     first = next((r for r in results if r.arm == ARM), results[0])
-    search.files.write(ABLATION_FILE, first.to_dict() | {"arms": [r.to_dict() for r in results]})
+    track.files.write(ABLATION_FILE, first.to_dict() | {"arms": [r.to_dict() for r in results]})
     return results
 
 
-def _proposer(search: Search, arm: str) -> Any:
+def _proposer(track: Track, smoke: Sequence[Episode], arm: str) -> Any:
     from rsi.cache.baselines import HillClimbProposer, RandomProposer
 
     if arm == "random":
-        return RandomProposer(search.smoke)
-    return HillClimbProposer(search.smoke, search.files.program)
+        return RandomProposer(smoke)
+    return HillClimbProposer(smoke, track.files.program)
 
 
-def run_arm_of(search: Search, arm: str) -> ArmResult:
-    """One arm on ``search`` (module docstring): its rounds, then its choice on train."""
-    cfg = search.config
-    search.phase = arm
-    budget = search.spent.get("generations", 0)
-    archive = Archive([c for c in search.archive.candidates if c.generation == 0 and not c.expert])
-    search.progress.replan(budget)  # (the plan of a search does not count the arms' train evaluations)
-    spent_of = lambda: search.spent.get(arm, 0)  # noqa: E731
+def run_arm_of(track: Track, config: SearchConfig, evals: Evaluations, smoke: Sequence[Episode],
+               say: Callable[[str], None], arm: str) -> ArmResult:
+    """One arm (module docstring): its rounds on ``track`` (the phase ``arm`` of ``evals``' ledger),
+    then its choice on train, which joins ``track``'s archive; ``smoke``: the episodes the
+    program-writing arms fingerprint on."""
+    cfg = config
+    evals.phase = arm
+    budget = evals.spent.get("generations", 0)
+    archive = Archive([c for c in track.archive.candidates if c.generation == 0 and not c.expert])
+    evals.progress.replan(budget)  # (the plan of a search does not count the arms' train evaluations)
+    spent_of = lambda: evals.spent.get(arm, 0)  # noqa: E731
     if arm == ARM:
-        rounds = run_arm(search, cfg.seeds, seed_source, archive, budget, spent_of)
+        rounds = run_arm(track, cfg.seeds, seed_source, archive, budget, spent_of)
     else:
-        rounds = run_proposer_arm(search, _proposer(search, arm), arm, TAGS[arm], archive, budget, spent_of,
+        rounds = run_proposer_arm(track, _proposer(track, smoke, arm), arm, TAGS[arm], archive, budget, spent_of,
                                   max_rounds=PROGRAM_ARM_ROUNDS * max(1, cfg.generations))
     spent = spent_of()
     short = "" if spent >= budget else " (it ran out of rounds first)"
-    search.say(f"{arm} arm: {spent} train evaluations in {rounds} rounds (the generations spent {budget}){short}")
-    full = next((c for c in search.archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)
-    match = TrainMatch(search.train_results, cfg.bootstrap_samples, cfg.seed)
+    say(f"{arm} arm: {spent} train evaluations in {rounds} rounds (the generations spent {budget}){short}")
+    full = next((c for c in track.archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)
+    match = TrainMatch(evals.train_results, cfg.bootstrap_samples, cfg.seed)
     choice = None
     picked = choose_on_train(archive.scored(), full, match) if full is not None else None
     if picked is not None:
@@ -107,6 +111,6 @@ def run_arm_of(search: Search, arm: str) -> ArmResult:
                            reason=f"the {arm} arm's choice: {c.label} ("
                                   f"{'matched' if picked[1] else 'did not match'} the full cache on train), {spent} "
                                   f"train evaluations against the generations' {budget}")
-        search.archive.add(choice)
-        search.say(f"  {arm:14s} {c.label}: train pass {c.point[1]:.3f} cost {c.point[0]:.4f}c")
+        track.archive.add(choice)
+        say(f"  {arm:14s} {c.label}: train pass {c.point[1]:.3f} cost {c.point[0]:.4f}c")
     return ArmResult(arm, budget, spent, rounds, choice, tuple(archive.candidates))

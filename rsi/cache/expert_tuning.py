@@ -19,7 +19,8 @@ The choice (on train): among completed trials, the cheapest whose train pass rat
 fixed setting's; ties go to the earlier trial. That is the strongest cost competitor at matched
 accuracy, which is what a cost claim must beat.
 
-Not here: the fixed experts' evaluation and the held-out evaluation (``rsi.cache.search``).
+:class:`Experts` puts the experts of a search in its archive: each fixed expert evaluated on train,
+then each tunable one tuned (its held-out evaluation waits for the frozen picks, ``rsi.cache.protocol``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ from typing import Any
 import optuna
 
 from evals.cache.evaluator import PolicySpec, TaskResult
+from evals.tasks.schema import Task
+from rsi.archive import Archive, Candidate, Status, candidate_id
+from rsi.cache.evaluations import Evaluations
 from rsi.metrics import Metrics, aggregate
+from rsi.tracking import Tracker
 from rsi.tuning import make_sampler, study_seed
 from search_spaces import get_family, get_policy
 
@@ -161,3 +166,63 @@ def tune_expert(spec: PolicySpec, *, study_name: str, storage: Any, sampler: str
     first = ordered[0] if ordered else None
     fixed_pass = first.train.pass_rate if first is not None and first.train is not None else None
     return TunedExpert(spec.name, fixed_params(spec), choose(ordered, fixed_pass), ordered)
+
+
+class Experts:
+    """The experts of a search (``config.experts``), evaluated with ``evals`` into an archive; every
+    tuning trial the model finished stays in :attr:`trials` (the cascade's first fidelity points)."""
+
+    def __init__(self, experts: Sequence[str], evals: Evaluations, tracker: Tracker, say: Callable[[str], None]):
+        self.experts = tuple(experts)
+        self.evals = evals
+        self.tracker = tracker
+        self.say = say
+        self.trials: list[tuple[PolicySpec, float]] = []  # expert-tuning trials finished: model train pass
+
+    def evaluate(self, archive: Archive, train: list[Task]) -> None:
+        """Each expert on ``train`` (its held-out evaluation waits for the frozen picks)."""
+        for text in self.experts:
+            spec = PolicySpec.parse(text)
+            with self.evals.progress.unit(len(train)):
+                results = self.evals.evaluate(spec, train)
+            m_train = aggregate(results)
+            status = Status.OK if m_train.ok else Status.FAILED
+            c = Candidate(candidate_id(spec.name, dict(spec.params)), spec.name, spec.display, dict(spec.params), 0,
+                          proposer="expert", train=m_train, status=status,
+                          reason="" if m_train.ok else "expert evaluation failed", expert=True, spec=spec.name)
+            archive.add(c)
+            self.tracker.candidate(c, None, results)
+            self.say(f"  expert {spec.display:44s} train pass {m_train.pass_rate:.3f} cost "
+                     f"{m_train.cost_cents_mean:.4f}c")
+
+    def tune(self, archive: Archive, train: list[Task], *, storage: Any, sampler: str, seed: int, n_trials: int,
+             attempt: int) -> None:
+        """Tune each tunable expert's setting on ``train`` (:func:`tune_expert`, a study per family and
+        ``attempt``); the choice joins ``archive`` and is evaluated on held-out with the other frozen picks."""
+        seen: set[str] = set()
+        for text in self.experts:
+            spec = PolicySpec.parse(text)
+            if not tunable(spec) or spec.name in seen:
+                continue
+            seen.add(spec.name)
+            planned = n_trials * len(train)
+            self.evals.progress.replan(planned)
+            with self.evals.progress.unit(planned):
+                tuned = tune_expert(spec, study_name=f"expert-tuned:{spec.name}-a{attempt}", storage=storage,
+                                    sampler=sampler, seed=seed, n_trials=n_trials,
+                                    evaluate=lambda s: self.evals.evaluate(s, train))
+                self.trials += [(PolicySpec(spec.name, t.params), t.train.pass_rate) for t in tuned.trials
+                                if t.train is not None and t.train.ok]
+                if tuned.best is None or tuned.best.train is None:
+                    reason = next((t.reason for t in tuned.trials if t.reason), "no trial finished")
+                    self.say(f"  expert {tuned.label:44s} not tuned: {reason}")
+                    continue
+                best = PolicySpec(spec.name, tuned.best.params, label=tuned.label)
+            c = Candidate(candidate_id(f"{spec.name}:tuned", tuned.best.params), spec.name, tuned.label,
+                          tuned.best.params, 0, proposer="expert-tuned", train=tuned.best.train,
+                          expert=True, spec=spec.name,
+                          reason=f"tuned {tuned.tuned} on train with {len(tuned.trials)} trials")
+            archive.add(c)
+            self.tracker.candidate(c, None, self.evals.evaluate(best, train))
+            self.say(f"  expert {tuned.label:44s} train pass {tuned.best.train.pass_rate:.3f} cost "
+                     f"{tuned.best.train.cost_cents_mean:.4f}c ({tuned.setting()})")

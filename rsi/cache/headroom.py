@@ -20,35 +20,35 @@ the oracle missed; the search's own store is the independent witness).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from evals.cache.evaluator import PolicySpec, TaskResult, result_from_row
 from evals.cache.headroom import measure_headroom
 from evals.cache.oracle import OracleConfig, violations
 from evals.paired import PairingError, pair_results, paired_bootstrap
 from evals.tasks.schema import Task
-from rsi.archive import Candidate
+from rsi.archive import Archive, Candidate
 from rsi.cache.ablation import ARM
+from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, choose_on_train
+from rsi.config import SearchConfig
 from rsi.metrics import aggregate
-
-if TYPE_CHECKING:
-    from rsi.cache.search import Search
+from rsi.rundir import RunDir
 
 HEADROOM_FILE = "headroom.json"
 
 
-def tuned_seed(search: Search) -> Candidate | None:
-    """The tuned seed program the share is measured from (module docstring)."""
-    arm = next((c for c in search.archive.candidates if c.proposer == ARM and c.expert), None)
+def tuned_seed(archive: Archive, match: TrainMatch) -> Candidate | None:
+    """The tuned seed program of ``archive`` the share is measured from (module docstring)."""
+    arm = next((c for c in archive.candidates if c.proposer == ARM and c.expert), None)
     if arm is not None:
         return arm
-    full = next((c for c in search.archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)
-    seeds = [c for c in search.archive.scored() if c.generation == 0 and c.proposer == "seed"]
+    full = next((c for c in archive.candidates if c.expert and c.spec == "full" and c.train is not None), None)
+    seeds = [c for c in archive.scored() if c.generation == 0 and c.proposer == "seed"]
     if full is None or not seeds:
         return None
-    picked = choose_on_train(seeds, full, TrainMatch(search.train_results, search.config.bootstrap_samples,
-                                                     search.config.seed))
+    picked = choose_on_train(seeds, full, match)
     return picked[0] if picked else None
 
 
@@ -61,26 +61,28 @@ def _paired(a: list[TaskResult], b: list[TaskResult], samples: int, seed: int) -
             "pass_delta_ci95": list(d.pass_delta_ci95), "tasks": d.n_tasks, "significant": d.significant}
 
 
-def measure_search_headroom(search: Search) -> dict[str, Any]:
-    """Measure and write ``headroom.json``; returns the summary that ``headline.json`` carries."""
-    cfg = search.config
-    tasks = search.heldout
+def measure_search_headroom(config: SearchConfig, archive: Archive, evals: Evaluations, files: RunDir,
+                            say: Callable[[str], None]) -> dict[str, Any]:
+    """Measure on ``evals``' held-out tasks and write ``headroom.json`` in ``files``; returns the
+    summary that ``headline.json`` carries."""
+    cfg = config
+    tasks = evals.heldout
 
     def judge(spec: PolicySpec, task: Task) -> TaskResult:
-        return search.evaluate(spec, [task])[0]
+        return evals.evaluate(spec, [task])[0]
 
     o = cfg.oracle
-    search.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget + 1))  # (at most; not in the plan)
-    h = measure_headroom(tasks, judge, search.dry_engine(), search.eval_config, OracleConfig(budget=o.budget),
+    evals.progress.replan(len(tasks) * (o.budget + o.bound_budget + o.single_budget + 1))  # (at most; not in the plan)
+    h = measure_headroom(tasks, judge, evals.dry_engine(), evals.eval_config, OracleConfig(budget=o.budget),
                          bound_budget=o.bound_budget, single_budget=o.single_budget,
-                         on_task=lambda t: search.say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
-                                                       f"{t.oracle.cost_cents:.4f}c ({t.oracle.method}), rolling per "
-                                                       f"task {t.rolling.result.cost_cents:.4f}c"))
-    seed = tuned_seed(search)
-    match = TrainMatch(search.train_results, cfg.bootstrap_samples, cfg.seed)
+                         on_task=lambda t: say(f"  headroom {t.task.id}: full {t.full.cost_cents:.4f}c, oracle "
+                                               f"{t.oracle.cost_cents:.4f}c ({t.oracle.method}), rolling per "
+                                               f"task {t.rolling.result.cost_cents:.4f}c"))
+    match = TrainMatch(evals.train_results, cfg.bootstrap_samples, cfg.seed)
+    seed = tuned_seed(archive, match)
     evolved = None
     if seed is not None:
-        picked = choose_on_train(search.archive.scored(), seed, match)
+        picked = choose_on_train(archive.scored(), seed, match)
         evolved = picked[0] if picked else None
     rows: dict[str, list[TaskResult]] = {"full": [t.full for t in h.tasks],
                                          "per_task_rolling": [t.rolling.result for t in h.tasks],
@@ -90,7 +92,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         rows["rule_table"] = list(h.table.results)
     for name, c in (("tuned_seed", seed), ("evolved", evolved)):
         if c is not None:
-            rows[name] = search.evaluate(search.candidate_spec(c), tasks)
+            rows[name] = evals.evaluate(evals.candidate_spec(c), tasks)
     costs = {k: sum(r.cost_cents for r in v) for k, v in rows.items()}
     passes = {k: aggregate(v).pass_rate for k, v in rows.items()}
     share = _share(costs, "oracle")
@@ -99,7 +101,7 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
     # every stored held-out result of any policy that passes what the full cache passes at less cost than
     # the oracle is a schedule the oracle missed (an independent check over the store)
     ids = {t.id for t in tasks}
-    stored = [result_from_row(r) for r in search.store.rows() if r["task_id"] in ids and r["ok"]]
+    stored = [result_from_row(r) for r in evals.store.rows() if r["task_id"] in ids and r["ok"]]
     missed = violations([t.oracle for t in h.tasks], stored)
     summary = {
         "tasks": len(tasks), "costs_cents": costs, "pass_rates": passes, "share_captured": share,
@@ -114,14 +116,13 @@ def measure_search_headroom(search: Search) -> dict[str, Any]:
         "model_evaluations": h.to_dict()["model_evaluations"],
         "oracle_check": {"stored_results": len(stored), "cheaper_than_the_oracle": [v.__dict__ for v in missed]},
     }
-    search.files.write(HEADROOM_FILE, {"summary": summary, **h.to_dict(samples, bseed)})
+    files.write(HEADROOM_FILE, {"summary": summary, **h.to_dict(samples, bseed)})
     if share is not None:
-        search.say(f"headroom on {len(tasks)} held-out tasks: tuned seed {costs['tuned_seed']:.3f}c, evolved "
-                    f"{costs['evolved']:.3f}c, oracle {costs['oracle']:.3f}c: {100 * share:.0f}% of the headroom "
-                    "captured")
+        say(f"headroom on {len(tasks)} held-out tasks: tuned seed {costs['tuned_seed']:.3f}c, evolved "
+            f"{costs['evolved']:.3f}c, oracle {costs['oracle']:.3f}c: {100 * share:.0f}% of the headroom captured")
     if table_share is not None:
-        search.say(f"  rule table (role, tool, length; hindsight) {costs['rule_table']:.3f}c: "
-                    f"{100 * table_share:.0f}% of the tuned seed's gap to it captured")
+        say(f"  rule table (role, tool, length; hindsight) {costs['rule_table']:.3f}c: "
+            f"{100 * table_share:.0f}% of the tuned seed's gap to it captured")
     return summary
 
 

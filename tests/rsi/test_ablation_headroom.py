@@ -51,7 +51,7 @@ def test_guide_tasks_reach_the_proposer_without_a_model_evaluation(searched):
     for task, needed in zip(guide, hindsight.needed[len(train):]):  # every probe assumed passed by the full cache
         evidence = [set(p.evidence_ids) for p in task.probes]
         assert set(needed) <= set().union(*evidence) and all(e & set(needed) for e in evidence if e)
-    proxy = searched._proxy
+    proxy = searched.cascade.proxy
     assert proxy is not None and all(proxy.table.outcomes[(t.id, i)] == ProbeOutcome(True, False)
                                      for t in guide for i in range(len(t.probes)))
 

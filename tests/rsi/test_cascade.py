@@ -258,7 +258,7 @@ def test_the_fidelity_sample_adds_unpromoted_sets_spread_over_the_predictions(tm
     search.run()
     fid = json.loads((run / "fidelity.json").read_text())
     sampled = fid["sampled"]
-    pool = sorted((pred, cid) for cid, (_, _, pred) in search.screen_pool.items())
+    pool = sorted((pred, cid) for cid, (_, _, pred) in search.cascade.screen_pool.items())
     assert 1 <= len(sampled) <= 3 and set(sampled) <= {cid for _, cid in pool}
     promoted_pairs = set(fid["pairs"]) - set(sampled)
     spare = [(pred, cid) for pred, cid in pool if cid not in promoted_pairs]
@@ -266,7 +266,7 @@ def test_the_fidelity_sample_adds_unpromoted_sets_spread_over_the_predictions(tm
     rows = EvalStore(run / "evaluations.jsonl").rows()
     archive_ids = {c.id for c in search.archive.candidates}
     for cid in sampled:
-        sha, params, pred = search.screen_pool[cid]
+        sha, params, pred = search.cascade.screen_pool[cid]
         spec = PolicySpec("program", params, source=(run / "programs" / f"{sha}.py").read_text())
         stored = [result_from_row(r) for r in rows if r["policy_key"] == spec.key and r["split"] == "train"]
         assert len(stored) == config.data.train_tasks

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evals.tasks import load_suite, select_tasks
-from rsi.cache.search import Search
+from rsi.cache.task_sets import heldout_tasks
 from rsi.config import ConfigError
 from tests.rsi.conftest import tiny_config
 
@@ -17,10 +17,9 @@ def test_bad_heldout_offsets_are_refused_naming_the_value(value):
         tiny_config(data={"heldout_offset": value})
 
 
-def test_the_search_takes_its_held_out_tasks_after_the_offset(tmp_path, tiny_plain):
+def test_the_search_takes_its_held_out_tasks_after_the_offset():
     pool = load_suite("smoke", "heldout")
-    search = Search(tiny_config(data={"heldout_tasks": 1, "heldout_offset": 1}), tmp_path / "run", engine=tiny_plain)
-    assert [t.id for t in search._heldout_tasks()] == [t.id for t in select_tasks(pool, 2)[1:]]
-    far = Search(tiny_config(data={"heldout_offset": len(pool)}), tmp_path / "far", engine=tiny_plain)
+    assert [t.id for t in heldout_tasks(tiny_config(data={"heldout_tasks": 1, "heldout_offset": 1}))] == [
+        t.id for t in select_tasks(pool, 2)[1:]]
     with pytest.raises(ConfigError, match=f"data.heldout_offset: offset must be below the {len(pool)} tasks"):
-        far._heldout_tasks()
+        heldout_tasks(tiny_config(data={"heldout_offset": len(pool)}))

@@ -84,6 +84,6 @@ def test_token_counts_come_from_the_engine_that_evaluates(tmp_path, tiny_plain):
 
     search = Search(tiny_config(), tmp_path / "run", engine=tiny_plain)
     task = load_suite(tiny_config().data.suite, "train")[0]
-    counts = search._counts(task)
+    counts = search.evals.counts(task)
     assert counts == tiny_plain.render(list(task.messages)).message_tokens
     assert counts != default_token_counts(list(task.messages))
