@@ -347,6 +347,22 @@ class RunDir:
     def program(self, sha: str) -> str:
         return (self / "programs" / f"{sha}.py").read_text()
 
+    def front_programs(self) -> list[tuple[str, str]]:
+        """(label, source) of the evolved programs this run's ``pareto.json`` lists (read when a search
+        seeds from this run: ``seed_from``); a row whose program file is missing is left out.
+
+        Raises:
+            RunDirError: a row of ``pareto.json`` without a ``program``.
+        """
+        out = []
+        for row in read_json(self / "pareto.json", list):
+            if not isinstance(row, dict) or not isinstance(row.get("program"), str):
+                raise RunDirError(f"{self / 'pareto.json'}: expected rows with a 'program', got {show(row)}",
+                                  field="seed_from", value=str(self.path))
+            if not row.get("expert") and (self / "programs" / f"{row['program']}.py").exists():
+                out.append((row["label"], self.program(row["program"])))
+        return out
+
     def proposals_of(self, generation: int) -> list[dict[str, Any]] | None:
         """The saved proposals of ``generation`` (``None``: none saved yet)."""
         path = self / "proposals" / f"g{generation}.json"

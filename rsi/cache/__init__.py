@@ -3,12 +3,13 @@
 ``rsi.cache.search.Search`` runs a config (``rsi.config``) in a run directory through the shared
 generation loop (``rsi.loop``), with its parts passed explicitly: the model evaluations and their
 budget ledger (``evaluations``), experts and tuned experts (``expert_tuning``), the evaluation cascade
-(``cascade``, over ``rsi.tuning``'s screen), the proposer's feedback (``feedback``) and the tasks
-(``task_sets``); behaviour fingerprints (``fingerprint``), diversity niches (``niches``), the
-tuning-only arm (``ablation``), the held-out headroom (``headroom``) and the headline with paired
-intervals (``headline``; ``pooling`` pools several runs'). ``executors`` run model evaluations
-(in process, a local server, Ray replicas), ``progress`` draws the bar, ``report`` and
-``proposer_report`` write the HTML report, ``export`` writes a chosen policy as a module.
+(``cascade``, over ``rsi.tuning``'s screen), each program's tuning (``program_tuning``), the
+proposer's feedback (``feedback``), the tasks (``task_sets``), the outputs (``outputs``) and the
+frozen picks' held-out scoring (``protocol``); behaviour fingerprints (``fingerprint``), diversity
+niches (``niches``), the tuning-only arm (``ablation``), the held-out headroom (``headroom``) and the
+headline with paired intervals (``headline``; ``pooling`` pools several runs'). ``executors`` run
+model evaluations (in process, a local server, Ray replicas), ``progress`` draws the bar, ``report``
+and ``proposer_report`` write the HTML report, ``export`` writes a chosen policy as a module.
 
 Nothing is imported here (the modules load Optuna, MLflow and the engine on demand).
 """

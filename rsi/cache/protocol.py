@@ -9,6 +9,8 @@ scoring then refuses any candidate that is not in that file or whose program no 
 frozen hash (:func:`verify`), and a resumed run that would pick differently stops with a
 :class:`ProtocolError` naming the changed pick instead of silently writing a new one.
 
+:func:`judge_heldout` runs the protocol for a search: it freezes the picks, then scores each on held-out.
+
 Program size (:func:`program_size`, AST nodes of the source; 0 for a built-in family) is recorded
 per candidate and breaks ties between candidates of equal train cost and pass rate, smaller first.
 """
@@ -18,13 +20,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from rsi.rundir import read_json, write_json
+from rsi.archive import Archive
+from rsi.cache.evaluations import Evaluations
+from rsi.cache.headline import TrainMatch, heldout_targets
+from rsi.config import SearchConfig
+from rsi.metrics import aggregate
+from rsi.rundir import RunDir, read_json, write_json
+from rsi.tracking import Tracker
 
 PICK_FILE = "pick.json"
 
@@ -117,3 +125,30 @@ def verify(frozen: Mapping[str, Any], cid: str, source: str | None) -> None:
         raise ProtocolError(f"{row['label']} ({cid}): its program changed after it was frozen (sha256 "
                             f"{row['program_sha256'][:12]} -> {got[:12]}): held-out scoring refused",
                             field="pick.program_sha256", value=cid)
+
+
+def judge_heldout(config: SearchConfig, archive: Archive, evals: Evaluations, files: RunDir, tracker: Tracker,
+                  say: Callable[[str], None], planned: int) -> None:
+    """Freeze the picks of ``archive``, then score them on ``evals``' held-out tasks (``planned``: the
+    progress units of that scoring): every comparator (expert, tuned expert, baseline arm's choice),
+    the ``heldout_front`` most accurate front members and each comparator's match on train
+    (``rsi.cache.headline.heldout_targets``); a pick that has a held-out result already is skipped."""
+    comparators = archive.scored(experts=True)
+    match = TrainMatch(evals.train_results, config.bootstrap_samples, config.seed)
+    evolved = heldout_targets(archive.front(), comparators, config.heldout_front, match)
+    targets = [*comparators, *evolved]
+    picks = [Pick(c.id, c.label, "comparator" if c.expert else "evolved", c.spec,
+                  sha256(files.program(c.program)) if c.spec == "program" else "", dict(c.params), c.size)
+             for c in targets]
+    frozen = freeze(files.path, picks, [t.id for t in evals.heldout])
+    say(f"picks frozen in {PICK_FILE} before any held-out task is read: {len(evolved)} evolved, "
+        f"{len(comparators)} comparators")
+    with evals.progress.unit(planned):
+        for c in targets:
+            if c.heldout is not None:
+                continue
+            verify(frozen, c.id, files.program(c.program) if c.spec == "program" else None)
+            held = aggregate(evals.evaluate(evals.candidate_spec(c), evals.heldout))
+            archive.with_heldout(c.id, held)
+            tracker.heldout(archive.get(c.id))
+            say(f"  held-out {c.label:40s} pass {held.pass_rate:.3f} cost {held.cost_cents_mean:.4f}c")
