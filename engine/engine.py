@@ -70,17 +70,18 @@ class Engine:
         self.window = ContextWindow(self.max_context, self.renderer)
         self.stats = EngineStats()
         self._tokenizer_sha: str | None = None
-        stop_ids = {tokenizer.eos_token_id}
-        for s in self.renderer.template.stop:
-            ids = tokenizer.encode(s, add_special_tokens=False)
-            if len(ids) == 1:
-                stop_ids.add(ids[0])
+
+        def one_token(text: str) -> int | None:
+            ids = tokenizer.encode(text, add_special_tokens=False) if text else []
+            return ids[0] if len(ids) == 1 else None
+
+        chat_template = self.renderer.template
+        stop_ids = {tokenizer.eos_token_id, *(one_token(s) for s in chat_template.stop)}
         self.stop_ids = {i for i in stop_ids if i is not None}
         # what ``min_tokens`` masks: the stops and the template's turn-opening marker (a model that
         # opens a new turn has ended its own: Qwen writes an empty turn this way)
-        opener = self.renderer.template.turn_open
-        opener_ids = tokenizer.encode(opener, add_special_tokens=False) if opener else []
-        self.end_of_turn_ids = sorted(self.stop_ids | ({opener_ids[0]} if len(opener_ids) == 1 else set()))
+        opener = one_token(chat_template.turn_open)
+        self.end_of_turn_ids = sorted(self.stop_ids | ({opener} if opener is not None else set()))
 
     @classmethod
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,

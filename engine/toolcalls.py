@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +59,17 @@ def _call(i: int, raw: str, obj: Any) -> dict[str, Any] | None:
             "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
 
 
+def _unfenced(text: str) -> str:
+    """``text`` stripped, and without the Markdown code fence around it if it has one."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    return fenced.group(1).strip() if fenced else body
+
+
 def _block_call(i: int, raw: str) -> dict[str, Any] | None:
     """The call in one ``<tool_call>`` block's text (its JSON, or its JSON in a Markdown fence)."""
-    fenced = _FENCE.match(raw.strip())
     try:
-        return _call(i, raw, json.loads(fenced.group(1) if fenced else raw))
+        return _call(i, raw, json.loads(_unfenced(raw)))
     except (json.JSONDecodeError, RecursionError):
         return None
 
@@ -71,10 +77,7 @@ def _block_call(i: int, raw: str) -> dict[str, Any] | None:
 def _untagged(text: str, tool_names: Collection[str]) -> list[dict[str, Any]]:
     """The calls of a reply that is only a call's JSON (or a list of calls), fenced or not, whose
     names are all in ``tool_names``; empty otherwise."""
-    body = text.strip()
-    fenced = _FENCE.match(body)
-    if fenced:
-        body = fenced.group(1).strip()
+    body = _unfenced(text)
     if not body.startswith(("{", "[")):
         return []
     try:
@@ -141,8 +144,8 @@ TOOL_CHOICES = ("auto", "none", "required")
 
 def message_tools(messages: Any) -> Any:
     """The tool specs a request declares: message 0's ``tools`` (how requests carry them here)."""
-    first = messages[0] if isinstance(messages, (list, tuple)) and messages else None
-    return first.get("tools") if isinstance(first, dict) else None
+    first = messages[0] if isinstance(messages, Sequence) and not isinstance(messages, str) and messages else None
+    return first.get("tools") if isinstance(first, Mapping) else None
 
 
 def forced_opening(tool_choice: Any, tools: Any) -> str:

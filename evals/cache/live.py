@@ -44,7 +44,7 @@ from typing import Any
 
 from engine.durable import CheckpointStore, DurableSession, StepKind, Tool, ToolBox
 from engine.template import attach_tools
-from engine.toolcalls import parse_tool_calls, tool_names
+from engine.toolcalls import message_tools, parse_tool_calls, tool_names
 from evals.cache.cost import task_cost
 from evals.cache.scoring import contains_match, exact_match
 from evals.errors import AKVError, TaskError
@@ -333,7 +333,7 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
             if pages is not None else p.question  # a paged task may ask on its last page
         start = [{"role": "system", "content": system}, {"role": "user", "content": ask}]
         session = DurableSession.create(store, name, engine, tools, with_tool_specs(engine, start, specs))
-    declared = bool(session.messages and session.messages[0].get("tools"))
+    declared = bool(message_tools(session.messages))
     choice = {"tool_choice": config.tool_choice} if declared else {}
     replayed = len(session.steps)
     answer: str | None = None
