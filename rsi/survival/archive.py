@@ -28,10 +28,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from engine.errors import AKVError
 from evals.paired import MIN_TASKS, PairingError, check_samples, stratified_draws
 from rsi.archive import CandidateArchive, Record, candidate_id
 from rsi.pareto import hypervolume
@@ -113,6 +115,20 @@ class SurvivalArchive(CandidateArchive[SurvivalCandidate]):
     """The survival track's archive (``rsi.archive.CandidateArchive``; the file says ``kind: survival``)."""
 
     KIND: ClassVar[str | None] = "survival"
+
+    @classmethod
+    def of_run(cls, run_dir: str | Path) -> SurvivalArchive:
+        """The archive of the survival run in ``run_dir``.
+
+        Raises:
+            AKVError: no ``archive.json`` yet (the evolution writes it once its baselines are scored).
+            RunDirError: the file is not a survival archive (:meth:`load`).
+        """
+        path = Path(run_dir) / "archive.json"
+        if not path.is_file():
+            raise AKVError(f"{run_dir} has no archive.json yet: the evolution has not scored its baselines (wait for "
+                           "them, or run it again in the same directory)", field="run_dir", value=str(run_dir))
+        return cls.load(path)
 
     @classmethod
     def _row(cls, d: dict[str, Any]) -> SurvivalCandidate:

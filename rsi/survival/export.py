@@ -42,10 +42,7 @@ def export_survival_pick(run_dir: Path, name: str, out: Path, format: str = "mod
     if format != "module":
         raise PolicyError(f"a survival policy exports only as --format module, not {format!r}", field="format",
                           value=format)
-    if not (run_dir / "archive.json").is_file():
-        raise AKVError(f"{run_dir} has no archive.json yet: the evolution has not scored its baselines (wait for them, "
-                       "or run it again in the same directory)", field="run_dir", value=str(run_dir))
-    c = pick_survival(SurvivalArchive.load(run_dir / "archive.json"), name)
+    c = pick_survival(SurvivalArchive.of_run(run_dir), name)
     if c.train is None or not c.train.ok:
         raise AKVError(f"{c.label} ({c.id}) has no score ({c.status.value}: {c.reason}); pick a scored candidate",
                        field="pick", value=name)

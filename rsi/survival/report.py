@@ -53,7 +53,7 @@ def _row(c: SurvivalCandidate) -> dict[str, Any]:
 def write_report(run_dir: str | Path) -> list[Path]:
     """Write ``report.html`` and ``figures/*.png`` for a survival run; returns the figure paths."""
     run = Path(run_dir)
-    archive = SurvivalArchive.load(run / "archive.json")
+    archive = SurvivalArchive.of_run(run)
     config = RunDir(run).survival_config
     head_path = run / "headline.json"
     headline = json.loads(head_path.read_text()) if head_path.exists() else {"reason": "no headline.json"}
