@@ -1,7 +1,7 @@
 """What a search's screen costs, everything included: ``python -m bench.screen_speed [--suite horizon]
 [--tasks 6] [--trials 32] [--repeat 3] [--shards K] [--model-policies 0]``.
 
-For each seed program, a real proxy study (:func:`rsi.tuning.tune` with a :class:`Screen`, TPE,
+For each seed program, a real proxy study (:func:`rsi.cache.tuning.tune` with a :class:`Screen`, TPE,
 the study written to a journal when it ends and the model study in sqlite, as in a search) of
 ``--trials`` trials on the first ``--tasks`` train tasks, each trial drawing its parameters with
 ``space()`` in the sandbox and predicting every task at the zero-forward fidelity. Each program's
@@ -32,7 +32,8 @@ from bench.fidelity import seed_programs, speed_setup
 from evals.cache.evaluator import PolicySpec, TaskResult
 from evals.cache.fidelity import ProxyReplay
 from evals.tasks.schema import Task
-from rsi.tuning import Screen, make_storage, tune
+from rsi.cache.tuning import Screen, tune
+from rsi.tuning import make_storage
 
 
 def screen_speed(proxy: ProxyReplay, tasks: list[Task], programs: list[PolicySpec], trials: int) -> dict[str, Any]:

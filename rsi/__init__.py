@@ -8,7 +8,7 @@ directly:
   executors, report and export);
 - ``rsi.survival``: the tool-gap survival track (``rsi.survival.evolve``, ``rsi.survival.search``);
 - shared by both: ``rsi.loop`` (the generation loop and the tuning-only arm), ``rsi.proposers``,
-  ``rsi.tuning`` (Optuna, the evaluation cascade), ``rsi.archive`` and ``rsi.pareto``, ``rsi.store``
+  ``rsi.tuning`` (the Optuna tuner: one two-stage study per program), ``rsi.archive`` and ``rsi.pareto``, ``rsi.store``
   and ``rsi.rundir`` (the evaluation store and the run directory's atomic files), ``rsi.tracking``
   (MLflow), ``rsi.reporting`` (what both reports draw), ``rsi.dashboard``, ``rsi.cli`` (``akv``).
 

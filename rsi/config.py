@@ -163,7 +163,7 @@ class OptunaConfig:
 
 @dataclass(frozen=True)
 class CascadeConfig:
-    """The evaluation cascade (``evals.cache.fidelity``, ``rsi.tuning.Screen``).
+    """The evaluation cascade (``evals.cache.fidelity``, ``rsi.cache.tuning.Screen``).
 
     Each program's parameters are first drawn ``trials`` times and screened at the zero-forward
     fidelity on every train task (exact cost; pass predicted from which evidence stays attended);
@@ -177,7 +177,7 @@ class CascadeConfig:
         trials: proxy trials per program.
         promote: most parameter sets per program that reach the model (more than one: the most
             accurate prediction, then the cheapest set predicted to reach each expert's predicted
-            pass, then sets spread along cost; ``rsi.tuning.promoted``).
+            pass, then sets spread along cost; ``rsi.cache.tuning.promoted``).
         margin: predicted-pass margin of the promotion rule (0: the plain proxy front).
         check: after the last generation, how many screened parameter sets the model has not
             evaluated it evaluates on all of train, spread evenly over the predicted pass range,

@@ -22,7 +22,7 @@ from rsi.proposers.mutation import source_hash
 from rsi.proposers.tuning import PROPOSER as ARM
 from rsi.proposers.tuning import TuningOnly
 from rsi.rundir import RunDir
-from search_spaces import CheckResult, check_program
+from search_spaces.sandbox import CheckResult
 
 MAX_ARM_ROUNDS_FACTOR = 4  # the arm stops after this many times the track's generations, budget spent or not
 
@@ -48,6 +48,9 @@ class Track(Protocol):
     def generations(self) -> int: ...
 
     def parents(self) -> list[ParentView]: ...
+
+    def check(self, source: str) -> CheckResult:
+        """``source`` checked statically against the track's program API (its ``check_program``)."""
 
     def proposed(self, proposals: Sequence[Proposal], proposer: Proposer) -> None:
         """Called with a generation's proposals before they are tuned (progress, a line to say)."""
@@ -88,7 +91,7 @@ def admit(track: Track, source: str, label: str, g: int, parents: tuple[str, ...
     sha = source_hash(source)
     track.seen.add(sha)
     track.files.save_program(sha, source)
-    check = check_program(source)
+    check = track.check(source)
     if not check.ok:
         track.refused(sha, label, g, parents, proposer, check.reason, source)
         return None

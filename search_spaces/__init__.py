@@ -6,7 +6,8 @@ Public surface (outside checks rely on these names)::
     p = get_policy("rolling_drop", keep_tool_responses=12)   # or full, thinking_drop, scored_drop, read_drop,
                                                              # standard, text_engineering, trim
     d = p.decide(messages)        # {"drop_message": {"7": [3]}, "reposition": []}
-    r = check_program(source)     # r.ok, r.reason (one line), r.sha256
+    r = check_program(source)     # r.ok, r.reason (one line), r.sha256 (a cache policy program;
+                                  # survival programs: search_spaces.survival.check_program)
     p = Policy.from_program(source, params)       # a program as a policy (runs in the sandbox)
     res = run_program(source, params, episodes)   # a recorded outcome: res.ok / timed_out / error / reason
     export_policy(p, "policy.py")                 # standalone, standard-library-only module
@@ -18,7 +19,7 @@ See docs/architecture.md for the map and docs/policy-api.md for the program API.
 from search_spaces.cache import program_api
 from search_spaces.cache.decision import Decision
 from search_spaces.cache.policy import Policy, TextProposal, default_token_counts
-from search_spaces.cache.program import ProgramPolicy, SandboxResult, run_program, suggest_params
+from search_spaces.cache.program import ProgramPolicy, SandboxResult, check_program, run_program, suggest_params
 from search_spaces.cache.program_api import estimate_tokens
 from search_spaces.cache.registry import FAMILIES, Family, get_family, get_policy, policy_names
 from search_spaces.cache.request import Episode, PolicyKind, Request, request_points
@@ -32,7 +33,7 @@ from search_spaces.errors import (
 )
 from search_spaces.export import export_policy
 from search_spaces.sandbox import SandboxLimits, Status
-from search_spaces.sandbox.checker import CheckResult, check_program
+from search_spaces.sandbox.checker import CheckResult
 
 
 def api_doc() -> str:

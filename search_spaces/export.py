@@ -34,13 +34,13 @@ from search_spaces import _harness_runtime
 from search_spaces.cache import frame_guard as frame_guard_module
 from search_spaces.cache import program_api
 from search_spaces.cache.policy import Policy
-from search_spaces.cache.program import ProgramPolicy
+from search_spaces.cache.program import ProgramPolicy, check_program
 from search_spaces.cache.registry import FAMILIES
 from search_spaces.cache.request import PolicyKind
 from search_spaces.cache.seeds import seed_source
 from search_spaces.errors import PolicyError
 from search_spaces.sandbox import rules
-from search_spaces.sandbox.checker import allowed_attributes, check_program
+from search_spaces.sandbox.checker import allowed_attributes
 
 _MARKER = "# ---- exported from here ----"
 
@@ -227,7 +227,8 @@ def export_policy(policy: Policy, path: str | Path, format: str = "module", fram
     contained = _CONTAINED.format(
         sha=check.sha256, params=params, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
         modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
-        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(allowed_attributes())))
+        nodes=tuple(sorted(rules.ALLOWED_NODES)),
+        attributes=tuple(sorted(allowed_attributes(program_api.API_CLASSES))))
     contained += f"FRAME_GUARD = {bool(frame_guard)!r}\n\n" + guard_code() + "\n"
     if format == "akv-harness":
         text = (_harness_header(label) + api_code() + "\n" + contained + f"LABEL = {label!r}\n\n" + harness_code()
@@ -270,8 +271,9 @@ def export_survival_program(source: str, params: dict[str, Any], path: str | Pat
         PolicyError: the program is refused by the checker, or a parameter is not in its ``DEFAULTS``.
     """
     from search_spaces.survival import api as survival_api
+    from search_spaces.survival import check_program as check_survival_program
 
-    check = check_program(source)
+    check = check_survival_program(source)
     if not check.ok:
         raise PolicyError(f"cannot export: the program is refused: {check.reason}", field="policy")
     unknown = sorted(set(params) - set(check.defaults or {}))
@@ -282,7 +284,8 @@ def export_survival_program(source: str, params: dict[str, Any], path: str | Pat
     contained = _CONTAINED.format(
         sha=check.sha256, params=full, source=_literal(source), builtins=tuple(sorted(rules.ALLOWED_BUILTINS)),
         modules={name: tuple(sorted(names)) for name, names in sorted(rules.ALLOWED_MODULES.items())},
-        nodes=tuple(sorted(rules.ALLOWED_NODES)), attributes=tuple(sorted(allowed_attributes())))
+        nodes=tuple(sorted(rules.ALLOWED_NODES)),
+        attributes=tuple(sorted(allowed_attributes(survival_api.API_CLASSES))))
     header = (f'"""AKV tool-gap survival policy: {label}, exported by search_spaces.export (standard library '
               "only).\n\n"
               "    decide(request) -> {session id: {\"action\", \"ttl_s\", \"score\"}}\n"

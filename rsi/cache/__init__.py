@@ -3,7 +3,7 @@
 ``rsi.cache.search.Search`` runs a config (``rsi.config``) in a run directory through the shared
 generation loop (``rsi.loop``), with its parts passed explicitly: the model evaluations and their
 budget ledger (``evaluations``), experts and tuned experts (``expert_tuning``), the evaluation cascade
-(``cascade``, over ``rsi.tuning``'s screen), each program's tuning (``program_tuning``), the
+(``cascade``, over the screen of ``tuning``), each program's tuning (``program_tuning``, ``tuning``), the
 proposer's feedback (``feedback``), the tasks (``task_sets``), the outputs (``outputs``) and the
 frozen picks' held-out scoring (``protocol``); behaviour fingerprints (``fingerprint``), diversity
 niches (``niches``), the tuning-only arm (``ablation``), the held-out headroom (``headroom``) and the

@@ -24,10 +24,11 @@ from evals.cache.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.tasks.schema import Task
 from rsi.archive import Archive, candidate_id
 from rsi.cache.evaluations import Evaluations
+from rsi.cache.tuning import Screen
 from rsi.config import SearchConfig
 from rsi.metrics import aggregate
 from rsi.rundir import RunDir
-from rsi.tuning import Screen, TuneResult, make_storage
+from rsi.tuning import TuneResult, make_storage
 
 Check = Callable[[str, Any], "tuple[float, float] | None"]
 """``(source, params) -> (cost, pass)`` of a program, or ``None`` when it failed."""

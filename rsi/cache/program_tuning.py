@@ -3,7 +3,7 @@
 :meth:`ProgramTuning.tune` first asks whether the program decides as one the search already has on
 the train episodes (``rsi.cache.fingerprint.behaviour``): a twin is recorded as a duplicate and not
 evaluated (a program tuned again, as the tuning-only arm does, is allowed). Otherwise an Optuna
-study (``rsi.tuning.tune``, named ``<label>-<sha8>-a<attempt>``) tunes its parameters on train,
+study (``rsi.cache.tuning.tune``, named ``<label>-<sha8>-a<attempt>``) tunes its parameters on train,
 its trials screened by the cascade and pruned against the current front; the study's best trials
 enter the archive it is given (the search's, or a baseline arm's), and a program with no scored
 trial is recorded as failed. :meth:`ProgramTuning.refused` records a program the checker refused.
@@ -23,12 +23,13 @@ from rsi.cache.evaluations import Evaluations
 from rsi.cache.fingerprint import behaviour
 from rsi.cache.protocol import program_size
 from rsi.cache.synthesis import SynthesisProposer
+from rsi.cache.tuning import tune
 from rsi.config import SearchConfig
 from rsi.metrics import aggregate
 from rsi.proposers.base import Proposer
 from rsi.proposers.mutation import source_hash
 from rsi.tracking import Tracker
-from rsi.tuning import make_storage, tune
+from rsi.tuning import make_storage
 from search_spaces import Episode
 
 

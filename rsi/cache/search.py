@@ -46,7 +46,7 @@ from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.rundir import CACHE, RunDir, RunDirError
 from rsi.store import EvalStore
 from rsi.tracking import MLflowTracker, Tracker
-from search_spaces import Episode, seed_source
+from search_spaces import CheckResult, Episode, check_program, seed_source
 
 log = logging.getLogger("akv.search")
 parse_expert = PolicySpec.parse  # (the expert notation belongs to evals; kept here for callers of rsi.cache.search)
@@ -242,6 +242,9 @@ class Search:
     @property
     def generations(self) -> int:
         return self.config.generations
+
+    def check(self, source: str) -> CheckResult:
+        return check_program(source)
 
     def parents(self) -> list[ParentView]:
         # The front, then diversity niches' elites (rsi.cache.niches), then the best by pass rate.

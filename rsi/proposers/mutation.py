@@ -194,6 +194,10 @@ class MutationProposer(Proposer):
         """The operator bandit rebuilt from ``archive`` (a subclass with other objectives overrides it)."""
         return bandit_from_archive(self.operators, archive, ref_cost_of(archive))
 
+    def _checks(self, source: str) -> bool:
+        """Whether an edit passes the static check of its track's program API (cache programs here)."""
+        return check_program(source).ok
+
     def _smoke_ok(self, source: str) -> bool:
         """Whether a checked edit runs in the sandbox on the smoke trajectories."""
         return not self.smoke or run_program(source, {}, self.smoke).ok
@@ -225,7 +229,7 @@ class MutationProposer(Proposer):
         if source_hash(source) in seen:
             return None
         self.stats.attempts += 1
-        if not check_program(source).ok:
+        if not self._checks(source):
             return None
         if not self._smoke_ok(source):
             return None

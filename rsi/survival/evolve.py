@@ -14,12 +14,12 @@ refusal record, the tuning-only arm) applied to tool-gap survival programs
 - **Generations 1..G**: parents (the front, then the best on train) go to the mutation proposer
   (``rsi.survival.proposer``: the cache proposer's operators and UCB1 bandit; every edit is
   checked and smoke-run in the survival sandbox); each proposal is checked again (a refused one
-  is archived as a failure with its reason) and tuned by a two-objective Optuna study
-  (``rsi.tuning.make_sampler``/``study_seed``; trial 0 = the program's ``DEFAULTS``, then its
-  ``space``); the study's Pareto trials enter the archive.
+  is archived as a failure with its reason) and tuned by the tuner both tracks share
+  (``rsi.tuning.run_study`` with :class:`TraceScoring`; trial 0 = the program's ``DEFAULTS``, then
+  its ``space``); the study's Pareto trials enter the archive.
 - **Cascade.** A trial is first simulated on the first ``cascade_traces`` train traces; when the
   mean there is dominated by a front member's mean on the same traces it is pruned without
-  simulating the rest (the cache search's multi-fidelity rule with traces as tasks).
+  simulating the rest (the shared tuner's two stages, with traces as units).
 - **Held-out.** The front, every baseline and the best evolved candidate are simulated on the
   held-out traces. The headline (``headline.json``) compares the best evolved candidate (chosen on
   train) with the best tuned family (chosen on train) on held-out, paired over traces with 95%
@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import optuna
 
@@ -57,7 +57,6 @@ from evals.survival import SimConfig, Trace, generate_trace, load_calibration, s
 from evals.survival.calibration import Calibration, assumed_gpu, default_calibration
 from rsi.archive import Status, candidate_id
 from rsi.loop import ARM, admit, generation, run_arm
-from rsi.pareto import dominates
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.rundir import SURVIVAL, RunDir, RunDirError, write_json
 from rsi.store import RowStore
@@ -72,12 +71,14 @@ from rsi.survival.archive import (
 )
 from rsi.survival.config import EvolveConfig, TraceSet
 from rsi.survival.proposer import SurvivalLLMProposer, SurvivalMutationProposer, record_requests
-from rsi.tuning import CandidateFailure, make_sampler, study_seed
-from search_spaces import suggest_params
+from rsi.tuning import Direction, TuneResult, drawn, make_sampler, run_study, study_seed
 from search_spaces.errors import ProgramFailure
+from search_spaces.sandbox import CheckResult
 from search_spaces.survival import (
+    check_program,
     get_survival_family,
     make_survival_policy,
+    suggest_survival_params,
     survival_seed_source,
 )
 
@@ -150,70 +151,35 @@ KEPT_METRICS = ("ok", "error", "status", TTFT, RECOMPUTE, "jct_mean_s", "jct_p95
 
 
 @dataclass(frozen=True)
-class Trial:
-    number: int
-    params: dict[str, Any]
-    state: str  # complete, pruned, failed
-    reason: str
-    score: SimScore | None
+class TraceScoring:
+    """A parameter set's p95 resume TTFT and recompute tokens (both down) over the train traces
+    (:class:`rsi.tuning.Scoring`): the first ``first`` traces, then the rest; ``front(k)`` gives the
+    archive front's points on the first ``k``."""
 
+    units: int
+    first: int
+    run: Callable[[dict[str, Any], Sequence[int]], list[dict[str, Any]]]
+    front: Callable[[int], list[tuple[float, float]]]
+    unit: ClassVar[str] = "traces"
+    directions: ClassVar[tuple[Direction, Direction]] = ("minimize", "minimize")
 
-Evaluate = Callable[[dict[str, Any], Sequence[int]], list[dict[str, Any]]]
-"""(params, train trace indices) -> per-trace simulator metrics."""
+    def evaluate(self, params: dict[str, Any], start: int, stop: int) -> list[dict[str, Any]]:
+        return self.run(params, range(start, stop))
 
+    def score(self, results: Sequence[Mapping[str, Any]]) -> SimScore:
+        return score_of(results)
 
-def tune_survival(draw: Callable[[optuna.Trial], dict[str, Any]], defaults: dict[str, Any], evaluate: Evaluate, *,
-                  study_name: str, seed: int, n_trials: int, n_traces: int, cascade: int,
-                  reference: Callable[[int], list[tuple[float, float]]]) -> list[Trial]:
-    """A two-objective study (p95 resume TTFT, recompute tokens; both minimised) of ``n_trials``.
+    def refusal(self, results: Sequence[Mapping[str, Any]], score: SimScore, whole: bool) -> str | None:
+        return None if score.ok else score.error
 
-    Trial 0 runs ``defaults``; later ones ``draw(trial)`` (which raises :class:`CandidateFailure`
-    for a space that fails). With ``cascade`` > 0 a trial runs the first ``cascade`` traces first
-    and is pruned when a point of ``reference(cascade)`` dominates its mean there.
-    Returns every trial; the complete ones on the study's Pareto front have state ``best``.
-    """
-    study = optuna.create_study(directions=["minimize", "minimize"],
-                                sampler=make_sampler("tpe", study_seed(seed, study_name)))
-    out: dict[int, Trial] = {}
+    def point(self, score: SimScore) -> tuple[float, float]:
+        return score.resume_ttft_p95_s, -score.recompute_tokens
 
-    def fail(trial: optuna.Trial, params: dict[str, Any], reason: str) -> None:
-        trial.set_user_attr("reason", reason)
-        out[trial.number] = Trial(trial.number, params, "failed", reason, None)
-        raise CandidateFailure(reason)
-
-    def objective(trial: optuna.Trial) -> tuple[float, float]:
-        params = dict(defaults) if trial.number == 0 else draw(trial)
-        k = cascade if 0 < cascade < n_traces else n_traces
-        first = evaluate(params, range(k))
-        part = score_of(first)
-        if not part.ok:
-            fail(trial, params, part.error)
-        if k < n_traces:
-            point = (part.resume_ttft_p95_s, -part.recompute_tokens)
-            if any(dominates(ref, point) for ref in reference(k)):
-                out[trial.number] = Trial(trial.number, params, "pruned", f"dominated after {k} traces", part)
-                raise optuna.TrialPruned()
-        score = score_of(first + evaluate(params, range(k, n_traces)))
-        if not score.ok:
-            fail(trial, params, score.error)
-        out[trial.number] = Trial(trial.number, params, "complete", "", score)
+    def values(self, score: SimScore) -> tuple[float, float]:
         return score.resume_ttft_p95_s, score.recompute_tokens
 
-    study.optimize(objective, n_trials=n_trials, catch=(CandidateFailure,))
-    best = {t.number for t in study.best_trials}
-    return [Trial(t.number, t.params, "best", t.reason, t.score) if t.number in best and t.state == "complete" else t
-            for t in (out[n] for n in sorted(out))]
-
-
-def program_draw(source: str) -> Callable[[optuna.Trial], dict[str, Any]]:
-    def draw(trial: optuna.Trial) -> dict[str, Any]:
-        drawn = suggest_params(source, trial)
-        if not drawn.ok:
-            trial.set_user_attr("reason", drawn.reason)
-            raise CandidateFailure(drawn.reason)
-        return dict(drawn.params or {})
-
-    return draw
+    def reference(self, k: int) -> list[tuple[float, float]]:
+        return self.front(k)
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -324,22 +290,33 @@ class SurvivalEvolution:
                 out.append((s.resume_ttft_p95_s, -s.recompute_tokens))
         return out
 
-    def _tune(self, spec: str, program: str, source: str | None, label: str, cascade: int) -> list[Trial]:
+    def _tune(self, spec: str, program: str, source: str | None, label: str, cascade: int) -> TuneResult[SimScore]:
+        """The shared study (``rsi.tuning.run_study``) of ``config.trials`` trials: trial 0 runs the
+        defaults (a program's ``DEFAULTS``, a family's parameters), later ones draw from the space."""
+        space: Callable[[optuna.Trial], dict[str, Any]]
         if spec == "program":
             assert source is not None
-            draw, defaults = program_draw(source), {}
+
+            def space(trial: optuna.Trial) -> dict[str, Any]:
+                result = suggest_survival_params(source, trial)
+                return drawn(result, result.params)
+
+            defaults: dict[str, Any] = {}
         else:
             fam = get_survival_family(spec)
-            draw, defaults = fam.space, asdict(fam.params())
+            space, defaults = fam.space, asdict(fam.params())
 
         def evaluate(params: dict[str, Any], idx: Sequence[int]) -> list[dict[str, Any]]:
             return self._run(spec, program, source, params, [self.train[i] for i in idx])
 
-        trials = tune_survival(draw, defaults, evaluate, study_name=f"{label}-{program[:8]}", seed=self.config.seed,
-                               n_trials=self.config.trials, n_traces=len(self.train), cascade=cascade,
-                               reference=self._reference)
-        self.pruned += sum(t.state == "pruned" for t in trials)
-        return trials
+        name = f"{label}-{program[:8]}"
+        scoring = TraceScoring(len(self.train), cascade, evaluate, self._reference)
+        study = optuna.create_study(directions=list(scoring.directions),
+                                    sampler=make_sampler("tpe", study_seed(self.config.seed, name)))
+        result = run_study(study, self.config.trials, lambda t: dict(defaults) if t.number == 0 else space(t),
+                           scoring)
+        self.pruned += sum(t.state == "pruned" for t in result.trials)
+        return result
 
     # ------------------------------------------------------------------ stages
 
@@ -383,16 +360,16 @@ class SurvivalEvolution:
 
     def _baselines(self) -> None:
         for fam in self.config.families:
-            trials = self._tune(fam, fam, None, f"family:{fam}", 0)
-            done = [t for t in trials if t.score is not None and t.state in ("best", "complete")]
+            trials = self._tune(fam, fam, None, f"family:{fam}", 0).trials
+            done = [t for t in trials if t.train is not None and t.state == "complete"]
             if not done:
                 reason = next((t.reason for t in trials if t.reason), "every trial failed")
                 c = SurvivalCandidate(candidate_id(fam, {}), fam, f"tuned:{fam}", {}, 0, (), "expert-tuned",
                                       status=Status.FAILED, reason=reason, expert=True, spec=fam)
             else:
-                best = min(done, key=lambda t: (t.score.resume_ttft_p95_s, t.score.recompute_tokens, t.number))  # type: ignore[union-attr]
+                best = min(done, key=lambda t: (t.train.resume_ttft_p95_s, t.train.recompute_tokens, t.number))  # type: ignore[union-attr]
                 c = SurvivalCandidate(candidate_id(fam, best.params), fam, f"tuned:{fam}", best.params, 0, (),
-                                      "expert-tuned", train=best.score, expert=True, spec=fam)
+                                      "expert-tuned", train=best.train, expert=True, spec=fam)
             self.archive.add(c)
             self._track(c, None)
             if c.train is not None:
@@ -432,8 +409,8 @@ class SurvivalEvolution:
         if admitted is None:
             return
         sha, _ = admitted
-        trials = self._tune("program", sha, source, label, self.config.cascade_traces)
-        best = [t for t in trials if t.state == "best"]
+        result = self._tune("program", sha, source, label, self.config.cascade_traces)
+        trials, best = result.trials, result.best
         if not best:
             reason = next((t.reason for t in trials if t.state == "failed"), "every trial was pruned")
             if any(t.state == "failed" for t in trials):
@@ -444,12 +421,12 @@ class SurvivalEvolution:
             return
         for t in best:
             c = self.archive.add(SurvivalCandidate(candidate_id(sha, t.params), sha, label, t.params, g, parents,
-                                                   proposer, train=t.score, reason=note))
+                                                   proposer, train=t.train, reason=note))
             self._track(c, source)
-        top = min(best, key=lambda t: (t.score.resume_ttft_p95_s, t.score.recompute_tokens))  # type: ignore[union-attr]
-        assert top.score is not None
-        self.say(f"  {label:20s} p95 resume TTFT {top.score.resume_ttft_p95_s:.3f} s, recompute "
-                 f"{top.score.recompute_tokens:.0f} ({proposer}{': ' + note if note else ''})")
+        top = min(best, key=lambda t: (t.train.resume_ttft_p95_s, t.train.recompute_tokens))  # type: ignore[union-attr]
+        assert top.train is not None
+        self.say(f"  {label:20s} p95 resume TTFT {top.train.resume_ttft_p95_s:.3f} s, recompute "
+                 f"{top.train.recompute_tokens:.0f} ({proposer}{': ' + note if note else ''})")
 
     def _make_proposer(self) -> Proposer:
         """The configured proposer; both check programs on decision points of a train simulation."""
@@ -457,6 +434,9 @@ class SurvivalEvolution:
         if self.config.llm is not None:
             return SurvivalLLMProposer(self.config.llm, requests, self.ref, self.run_dir)
         return SurvivalMutationProposer(requests, self.ref)
+
+    def check(self, source: str) -> CheckResult:
+        return check_program(source)
 
     def parents(self) -> list[ParentView]:
         chosen = list(self.archive.front())

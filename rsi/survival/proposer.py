@@ -30,8 +30,7 @@ from rsi.proposers.bandit import UCB1, bandit_from_archive
 from rsi.proposers.base import ParentView
 from rsi.proposers.llm import FORMAT, PREFIX, LLMProposer, failed_children
 from rsi.proposers.mutation import OPERATORS, MutationProposer
-from search_spaces.sandbox.checker import check_program
-from search_spaces.survival import get_survival_policy, run_survival_program, survival_api_doc
+from search_spaces.survival import check_program, get_survival_policy, run_survival_program, survival_api_doc
 
 SURVIVAL_OPERATORS = tuple(op for op in OPERATORS if op != "fragment")
 
@@ -87,6 +86,9 @@ class SurvivalMutationProposer(MutationProposer):
     def _bandit(self, archive: Archive) -> UCB1:
         # The bandit reads only what both archives have (candidates, scored(), point, status, train.ok).
         return bandit_from_archive(self.operators, archive, self.ref[0], ref_pass=-self.ref[1])
+
+    def _checks(self, source: str) -> bool:
+        return check_program(source).ok
 
     def _smoke_ok(self, source: str) -> bool:
         return not self.requests or run_survival_program(source, {}, self.requests).ok

@@ -3,8 +3,9 @@
 - :func:`run_program` checks a program, runs it on a batch of episodes in one sandbox process and
   validates every decision; any failure is a :class:`SandboxResult` with its reason (never a raise,
   never a fake score).
-- :func:`suggest_params` evaluates ``space(trial)`` in the sandbox against a real Optuna trial:
-  each ``suggest_*`` call in the child is forwarded to the trial in the parent as it happens.
+- :func:`check_program` is the sandbox's static check with this track's API names readable.
+- :func:`suggest_params` evaluates ``space(trial)`` in the sandbox against a real Optuna trial
+  (``search_spaces.sandbox.space``).
 - :class:`ProgramPolicy` makes a program an ordinary :class:`Policy`; failures raise
   :class:`ProgramFailure` carrying the result.
 """
@@ -13,22 +14,37 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from search_spaces.cache._program_memo import LRU, episode_key, text_key, trajectory_key
 from search_spaces.cache.decision import Decision, appended_decision, cache_decision
 from search_spaces.cache.embed import Embedder
 from search_spaces.cache.policy import Policy
+from search_spaces.cache.program_api import API_CLASSES
 from search_spaces.cache.request import Episode, PolicyKind, Request
 from search_spaces.errors import DecisionError, ProgramFailure
 from search_spaces.params import job_params, unknown_parameter
-from search_spaces.sandbox import ChildOutput, RunOutcome, SandboxLimits, SandboxSession, SessionPool, Status, one_line
-from search_spaces.sandbox.checker import CheckResult, check_program
+from search_spaces.sandbox import (
+    ChildOutput,
+    RunOutcome,
+    SandboxLimits,
+    SandboxSession,
+    SessionPool,
+    Status,
+    checker,
+    one_line,
+)
+from search_spaces.sandbox.checker import CheckResult
+from search_spaces.sandbox.space import draw_params
+
+
+def check_program(source: str) -> CheckResult:
+    """``source`` checked statically as a cache policy program: the sandbox's checker, with the names
+    of this track's API (``program_api``) readable."""
+    return checker.check_program(source, API_CLASSES)
 
 
 @dataclass(frozen=True)
@@ -231,99 +247,13 @@ def _validated(episode: Episode, wires: list[Any]) -> tuple[Decision, ...]:
 
 
 def suggest_params(source: str, trial: Any, limits: SandboxLimits | None = None) -> SandboxResult:
-    """Draw the parameters of program ``source`` from Optuna ``trial`` by running ``space(trial)``
-    in the sandbox: each ``suggest_*`` call is forwarded to ``trial`` as it happens, so conditional
-    spaces draw exactly the parameters their branches reach. ``result.params`` holds what ``space``
-    returned. Never raises for anything the program does: a suggestion with bounds Optuna cannot
-    hold (beyond 2**53 for integers, not finite for floats, a range that overflows), a refused
-    suggestion, or more than ``limits.max_params`` suggestions make the result ``INVALID``."""
+    """Draw the parameters of cache program ``source`` from Optuna ``trial``
+    (:func:`search_spaces.sandbox.space.draw_params`: never raises for anything the program does).
+    ``space`` runs in the program's first pooled sandbox process, where its ``decide`` calls run too."""
     limits = limits or SandboxLimits()
     check = check_program(source)
-    if not check.ok:
-        return SandboxResult(Status.REFUSED, check.reason, check.sha256)
-    out = _sandboxed(source, check.sha256, limits, {"mode": "space"}, answer=lambda spec: _ask(trial, spec))
-    if out.status is not Status.OK or out.answer is None:
-        reason = out.reason if out.reason.startswith("space(trial)") else f"space(trial): {out.reason}"
-        return SandboxResult(out.status, reason, check.sha256, out.wall_seconds)
-    params = out.answer.get("params")
-    if not isinstance(params, dict):
-        return SandboxResult(Status.CRASHED, "space(trial): the sandbox answered without parameters", check.sha256,
-                             out.wall_seconds)
-    return SandboxResult(Status.OK, "ok", check.sha256, out.wall_seconds, params=MappingProxyType(params))
-
-
-MAX_INT = 2**53
-"""Bound of integer suggestions and choices: Optuna keeps parameter values as floats."""
-_MAX_CHOICES = 1000
-_MAX_TEXT = 1000
-
-
-def _ask(trial: Any, call: Mapping[str, Any]) -> Any:
-    """Forward one suggestion of the child to ``trial`` after checking it is one Optuna can hold.
-
-    Raises:
-        ValueError, TypeError, KeyError: a suggestion outside what Optuna accepts (also
-            ``ArithmeticError`` from Optuna itself); the dialog turns these into ``INVALID``.
-    """
-    if not isinstance(call, Mapping):
-        raise TypeError("a suggestion must be an object")
-    name, kind = call.get("name"), call.get("kind")
-    if not isinstance(name, str) or not 0 < len(name) <= _MAX_TEXT:
-        raise ValueError(f"a parameter name must be a non-empty string of at most {_MAX_TEXT} characters")
-    log = call.get("log", False)
-    if not isinstance(log, bool):
-        raise TypeError(f"log must be True or False, got {log!r}")
-    if kind == "int":
-        low, high = _integer(call.get("low"), "low"), _integer(call.get("high"), "high")
-        step = _integer(1 if call.get("step") is None else call["step"], "step")
-        if step < 1 or low > high:
-            raise ValueError(f"need low <= high and step >= 1, got low={low}, high={high}, step={step}")
-        return trial.suggest_int(name, low, high, step=step, log=log)
-    if kind == "float":
-        flow, fhigh = _finite(call.get("low"), "low"), _finite(call.get("high"), "high")
-        fstep = None if call.get("step") is None else _finite(call["step"], "step")
-        if fstep is not None and not fstep > 0:
-            raise ValueError(f"step must be positive, got {fstep!r}")
-        if flow > fhigh or not math.isfinite(fhigh - flow):
-            raise ValueError(f"need finite low <= high with a finite range, got low={flow!r}, high={fhigh!r}")
-        return trial.suggest_float(name, flow, fhigh, step=fstep, log=log)
-    if kind == "categorical":
-        choices = call.get("choices")
-        if not isinstance(choices, list) or not 0 < len(choices) <= _MAX_CHOICES:
-            raise ValueError(f"choices must be a list of 1 to {_MAX_CHOICES} values")
-        for c in choices:
-            _choice(c)
-        return trial.suggest_categorical(name, choices)
-    raise ValueError(f"unknown suggestion kind {kind!r}")
-
-
-def _integer(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
-    if abs(value) > MAX_INT:
-        raise ValueError(f"{what} must be within +-2**53, got {what} of {len(str(abs(value)))} digits")
-    return value
-
-
-def _finite(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}")
-    if isinstance(value, int):
-        return float(_integer(value, what))
-    if not math.isfinite(value):
-        raise ValueError(f"{what} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _choice(value: Any) -> None:
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, int):
-        _integer(value, "a choice")
-    elif isinstance(value, float):
-        _finite(value, "a choice")
-    elif not isinstance(value, str) or len(value) > _MAX_TEXT:
-        raise ValueError(f"a choice must be None, a bool, a number or a string of at most {_MAX_TEXT} characters")
+    drawn = draw_params(check, trial, lambda message, answer: _sandboxed(source, check.sha256, limits, message, answer))
+    return SandboxResult(drawn.status, drawn.reason, drawn.sha256, drawn.wall_seconds, params=drawn.params)
 
 
 class ProgramPolicy(Policy):

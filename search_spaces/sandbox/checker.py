@@ -26,14 +26,11 @@ from search_spaces.sandbox import rules
 
 
 @functools.cache
-def allowed_attributes() -> frozenset[str]:
-    """Attribute names a program may read: cache programs and survival programs share one language,
-    and their API classes' names are readable. (Imported here, not at the top: each track's package
-    imports the sandbox.)"""
-    from search_spaces.cache import program_api
-    from search_spaces.survival import api as survival_api
-
-    return rules.allowed_attributes(program_api.API_CLASSES + survival_api.API_CLASSES)
+def allowed_attributes(api: tuple[type, ...]) -> frozenset[str]:
+    """Attribute names a program written against ``api`` (a track's API classes) may read: the
+    sandbox's plain types and modules, and ``api``'s public names. The tracks hand their API in;
+    the sandbox knows neither track."""
+    return rules.allowed_attributes(api)
 
 
 # Names of builtins a program may not use, nor bind anywhere: the name check is scope-blind (a name
@@ -82,19 +79,21 @@ class _Problem(Exception):
         self.order = (self.line or 10**9, -1 if first else getattr(node, "end_col_offset", 0) or 0)
 
 
-def check_program(source: str) -> CheckResult:
-    """Check ``source`` statically (it is never run here).
+def check_program(source: str, api: tuple[type, ...]) -> CheckResult:
+    """Check ``source`` statically (it is never run here) as a program of the track whose API
+    classes are ``api`` (``search_spaces.check_program`` and ``search_spaces.survival.check_program``
+    pass their own).
 
     Raises:
         PolicyError: ``source`` is not a string (a caller mistake, not a bad candidate).
     """
     if not isinstance(source, str):
         raise PolicyError(f"program source must be a string, got {type(source).__name__}", field="source")
-    return _check_cached(source)
+    return _check_cached(source, api)
 
 
 @functools.lru_cache(maxsize=512)
-def _check_cached(source: str) -> CheckResult:
+def _check_cached(source: str, api: tuple[type, ...]) -> CheckResult:
     data = source.encode("utf-8", errors="surrogatepass")
     digest = hashlib.sha256(data).hexdigest()
     if len(data) > rules.MAX_SOURCE_BYTES:
@@ -107,7 +106,7 @@ def _check_cached(source: str) -> CheckResult:
         return CheckResult(False, f"cannot parse the source: {type(err).__name__}", digest)
     try:
         _check_top_level(tree)
-        problems = _walk(tree)
+        problems = _walk(tree, allowed_attributes(api))
         if problems:
             first = min(problems, key=lambda p: p.order)
             more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
@@ -149,7 +148,7 @@ def _check_top_level(tree: ast.Module) -> None:
             raise _Problem(fn, f"{name} must take exactly {arity} positional parameter{'s' * (arity > 1)}")
 
 
-def _walk(tree: ast.Module) -> list[_Problem]:
+def _walk(tree: ast.Module, attributes: frozenset[str]) -> list[_Problem]:
     problems: list[_Problem] = []
     bound: set[str] = set()
     for node, name in _bindings(tree):
@@ -159,7 +158,7 @@ def _walk(tree: ast.Module) -> list[_Problem]:
                                            "the allowed ones; choose another name)", first=True))
     for node in ast.walk(tree):
         try:
-            _check_node(node, bound)
+            _check_node(node, bound, attributes)
         except _Problem as p:
             problems.append(p)
     return problems
@@ -195,7 +194,7 @@ def _private(name: str | None) -> bool:
     return bool(name) and name.startswith("_")  # type: ignore[union-attr]
 
 
-def _check_node(node: ast.AST, bound: set[str]) -> None:
+def _check_node(node: ast.AST, bound: set[str], attributes: frozenset[str]) -> None:
     kind = type(node).__name__
     if kind not in rules.ALLOWED_NODES:
         raise _Problem(node, f"{_FRIENDLY.get(kind, kind)} {'are' if kind in _FRIENDLY else 'is'} not allowed")
@@ -210,7 +209,7 @@ def _check_node(node: ast.AST, bound: set[str]) -> None:
             raise _Problem(node, f"attribute {node.attr!r} is not allowed (names starting with '_' are private)")
         if not isinstance(node.ctx, ast.Load):
             raise _Problem(node, f"assigning or deleting attribute {node.attr!r} is not allowed")
-        if node.attr not in allowed_attributes():
+        if node.attr not in attributes:
             raise _Problem(node, f"attribute {node.attr!r} is not allowed (use the methods of plain data "
                                  "types, the allowed modules and the policy API)")
     elif isinstance(node, ast.FunctionDef):

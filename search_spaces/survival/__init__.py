@@ -8,6 +8,7 @@ Public surface::
                                                                    # intent, weighted, program
     p = make_survival_policy({"source": program_text, "params": {...}})
     res = run_survival_program(source, params, requests)           # batch, in the sandbox
+    r = check_program(source)                                      # the static check, this API's names
     src = survival_seed_source("ttl")                              # the family as a program
 
 Each family names its source (docs/survival.md); the program API is ``search_spaces.survival.api``
@@ -16,7 +17,13 @@ Each family names its source (docs/survival.md); the program API is ``search_spa
 
 from search_spaces.survival.builtin import BuiltinSurvival, parse_decisions
 from search_spaces.survival.common import SurvivalFamily
-from search_spaces.survival.program import SurvivalProgram, SurvivalRunResult, run_survival_program
+from search_spaces.survival.program import (
+    SurvivalProgram,
+    SurvivalRunResult,
+    check_program,
+    run_survival_program,
+    suggest_survival_params,
+)
 from search_spaces.survival.registry import (
     SURVIVAL_FAMILIES,
     get_survival_family,
@@ -42,12 +49,14 @@ __all__ = [
     "SurvivalFamily",
     "SurvivalProgram",
     "SurvivalRunResult",
+    "check_program",
     "get_survival_family",
     "get_survival_policy",
     "make_survival_policy",
     "parse_decisions",
     "run_survival_program",
     "spec_name",
+    "suggest_survival_params",
     "survival_api_doc",
     "survival_policy_names",
     "survival_seed_source",

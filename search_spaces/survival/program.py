@@ -7,8 +7,8 @@
   long-lived sandbox process (``serve`` mode) answers every decision of a replay or simulation.
   A failure raises :class:`search_spaces.ProgramFailure` carrying the result.
 
-``space(trial)`` of a survival program is drawn with :func:`search_spaces.suggest_params`, as for
-cache programs.
+- :func:`check_program` is the sandbox's static check with this track's API names readable;
+  :func:`suggest_survival_params` draws ``space(trial)`` (``search_spaces.sandbox.space``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,26 @@ from typing import Any
 from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
 from search_spaces.errors import ProgramFailure
 from search_spaces.params import job_params, unknown_parameter
-from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, one_line, run_child
-from search_spaces.sandbox.checker import CheckResult, check_program
+from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, checker, one_line, run_child
+from search_spaces.sandbox.checker import CheckResult
+from search_spaces.sandbox.space import Drawn, draw_params
+from search_spaces.survival.api import API_CLASSES
 from search_spaces.survival.builtin import parse_decisions
+
+
+def check_program(source: str) -> CheckResult:
+    """``source`` checked statically as a survival program: the sandbox's checker, with the names of
+    this track's API (``survival/api.py``) readable."""
+    return checker.check_program(source, API_CLASSES)
+
+
+def suggest_survival_params(source: str, trial: Any, limits: SandboxLimits | None = None) -> Drawn:
+    """Draw the parameters of survival program ``source`` from Optuna ``trial``: its ``space`` runs in
+    a fresh sandbox process (:func:`search_spaces.sandbox.space.draw_params`; never raises for what
+    the program does)."""
+    limits = limits or SandboxLimits()
+    return draw_params(check_program(source), trial,
+                       lambda message, answer: run_child({**message, "source": source}, limits, answer))
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ import pytest
 
 from evals.cache.cost import CostBreakdown
 from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
+from rsi.cache.tuning import Screen, promoted, tune
 from rsi.metrics import aggregate
-from rsi.tuning import Screen, TrialOutcome, promoted, tune
+from rsi.tuning import TrialOutcome
 
 SOURCE = ("def decide(request, params):\n    return request.plan()\n\n\n"
           "def space(trial):\n    return {'k': trial.suggest_int('k', 0, 20)}\n")

@@ -14,8 +14,8 @@ import pytest
 
 from rsi.archive import Archive, Status
 from rsi.cache.search import Search
+from rsi.cache.tuning import tune
 from rsi.tracking import Tracker
-from rsi.tuning import tune
 from tests.rsi.conftest import tiny_config
 
 HEAD = "import math\n\n\ndef decide(request, params):\n    return request.plan()\n\n\ndef space(trial):\n"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +206,29 @@ def test_unsafe_builtins_cannot_be_used(name):
 def test_frame_and_introspection_attributes_are_refused(attr):
     r = check_program(program(DECIDE.format(f"x = request.{attr}")))
     assert not r.ok and f"attribute {attr!r} is not allowed" in r.reason, r.reason
+
+
+
+@pytest.mark.parametrize("attr, track", [("tool_responses", "cache"), ("pool_free", "survival")])
+def test_each_track_checks_against_its_own_api(attr, track):
+    """The sandbox's allow-list comes from the track that checks the program: a name only the other
+    track's API has is refused (on that track's objects it could only fail at run time)."""
+    from search_spaces import survival
+    from search_spaces.cache.program_api import API_CLASSES as CACHE_API
+    from search_spaces.survival.api import API_CLASSES as SURVIVAL_API
+
+    assert any(attr in dir(c) for c in (CACHE_API if track == "cache" else SURVIVAL_API))
+    assert not any(attr in dir(c) for c in (SURVIVAL_API if track == "cache" else CACHE_API))
+    source = program(DECIDE.format(f"x = request.{attr}"))
+    own, other = ((check_program, survival.check_program) if track == "cache"
+                  else (survival.check_program, check_program))
+    assert own(source).ok, own(source).reason
+    assert f"attribute {attr!r} is not allowed" in other(source).reason
+
+
+def test_the_sandbox_imports_neither_track():
+    from search_spaces import sandbox
+
+    imported = {m.group(2) for f in Path(sandbox.__file__).parent.glob("*.py")
+                for m in re.finditer(r"^\s*(from|import)\s+([\w.]+)", f.read_text(), re.M)}
+    assert imported and not {m for m in imported if m.startswith(("search_spaces.cache", "search_spaces.survival"))}

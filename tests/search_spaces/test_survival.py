@@ -10,16 +10,18 @@ import optuna
 import pytest
 
 from engine.survival import Action, CostModel, LogStats, SessionInfo, SurvivalDecision, SurvivalRequest, SystemInfo
-from search_spaces import ParameterError, ProgramFailure, SandboxLimits, Status, check_program, suggest_params
+from search_spaces import ParameterError, ProgramFailure, SandboxLimits, Status
 from search_spaces.errors import UnknownPolicyError
 from search_spaces.survival import (
     SURVIVAL_FAMILIES,
     SURVIVAL_SEEDS,
     autellix,
+    check_program,
     get_survival_policy,
     infercept,
     make_survival_policy,
     run_survival_program,
+    suggest_survival_params,
     survival_policy_names,
     survival_seed_source,
     unison,
@@ -203,7 +205,7 @@ def _params(name: str, n: int) -> list[dict]:
     for _ in range(n):
         trial = study.ask()
         params = SURVIVAL_FAMILIES[name].space(trial)
-        seed = suggest_params(survival_seed_source(name), optuna.trial.FixedTrial(trial.params))
+        seed = suggest_survival_params(survival_seed_source(name), optuna.trial.FixedTrial(trial.params))
         assert seed.ok, seed.reason
         assert dict(seed.params or {}) == params  # the seed's space draws the same parameters
         study.tell(trial, 0.0)
