@@ -1,4 +1,5 @@
-"""Decoding: a contiguous working cache of the final view, token sampling and stop handling.
+"""Decoding: a contiguous working cache of the final view, token sampling and stop handling, and
+the :class:`Decoder` that runs a chat generation from its prefill to its generated KV in the tree.
 
 After prefill, the alive tokens' KV (keys rotated to their final positions) is copied once into
 preallocated [L, Hkv, capacity, D] buffers; every decode step appends one token in place and
@@ -9,15 +10,29 @@ search per step). The LM head runs for one row per step; nothing else is compute
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import torch
 
+from engine.cache.accounting import insert_output
+from engine.cache.kvstore import TensorKV
+from engine.cache.plan import plan_request, release
 from engine.models.lean import LeanModel
+from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather, view_kv
+from engine.results import ChatResult, EngineStats, Generation, Prepared, Timings
 from engine.rope import rotate_keys
+from engine.toolcalls import forced_opening, message_tools
+
+if TYPE_CHECKING:
+    from engine.cache.radix import Node, RadixTree
+    from engine.history import History
+    from engine.interface import ChatOptions
+    from engine.schedule import Schedule
+    from engine.template import ChatTemplate
 
 
 class DecodeCache:
@@ -188,3 +203,164 @@ def step_caches(model: LeanModel, caches: list[DecodeCache], tokens: list[int], 
         c.commit()
     assert fwd.hidden is not None
     return fwd.hidden
+
+
+def stop_token_ids(tokenizer: Any, template: ChatTemplate) -> tuple[set[int], list[int]]:
+    """The token ids that end a reply (the tokenizer's end of sequence and ``template``'s stop
+    strings that are one token) and what ``min_tokens`` masks: the stops and the template's
+    turn-opening marker (a model that opens a new turn has ended its own: Qwen writes an empty
+    turn this way), sorted."""
+
+    def one_token(text: str) -> int | None:
+        ids = tokenizer.encode(text, add_special_tokens=False) if text else []
+        return ids[0] if len(ids) == 1 else None
+
+    stops = {tokenizer.eos_token_id, *(one_token(s) for s in template.stop)}
+    stop_ids = {i for i in stops if i is not None}
+    opener = one_token(template.turn_open)
+    return stop_ids, sorted(stop_ids | ({opener} if opener is not None else set()))
+
+
+class Decoder:
+    """Runs chat generations: the prompt's prefill into a :class:`DecodeCache`, then token by token
+    (the generations in flight share one forward pass a step) until a stop, then the generated KV
+    into the tree. :meth:`engine.engine.Engine.start`, ``step`` and ``finish`` are these.
+
+    Args:
+        model: the decoder.
+        tree: the engine's current radix tree (``Engine.scratch_cache`` and ``clear_cache`` replace it).
+        tokenizer: decodes the generated tokens (stop strings, streaming, the reply's text).
+        stop_ids: token ids that end a reply (unless ``ignore_eos``).
+        end_of_turn_ids: the ids that ``min_tokens`` masks (:func:`stop_token_ids`).
+        stop_strings: the template's stop strings, appended to each request's own.
+        bytes_per_token: KV bytes of one token (the tree's budget).
+        stats: the engine's counters; each finished generation is added.
+        prepare: :meth:`engine.engine.Engine.prepare` (tokenize and replay a request).
+        check_length: ``(history, extra)``: refuse a history that cannot grow by ``extra`` tokens.
+    """
+
+    def __init__(self, model: LeanModel, tree: Callable[[], RadixTree], tokenizer: Any, stop_ids: set[int],
+                 end_of_turn_ids: list[int], stop_strings: Sequence[str], bytes_per_token: int, stats: EngineStats,
+                 prepare: Callable[..., Prepared], check_length: Callable[[History, int], None]):
+        self.model = model
+        self.tree = tree
+        self.tokenizer = tokenizer
+        self.stop_ids = stop_ids
+        self.end_of_turn_ids = end_of_turn_ids
+        self.stop_strings = tuple(stop_strings)
+        self.bytes_per_token = bytes_per_token
+        self.stats = stats
+        self.prepare = prepare
+        self.check_length = check_length
+
+    def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
+              prepared: Prepared | None = None, **options: Unpack[ChatOptions]) -> Generation:
+        """:meth:`engine.engine.Engine.start`: prefill the prompt; an in-flight :class:`Generation`.
+        On an error the request's locks are released before it propagates."""
+        params = SamplingParams.of(options, self.stop_strings)
+        opening = forced_opening(options.get("tool_choice"), message_tools(messages))
+        prefix, salt = options.get("prefix", "") + opening, options.get("salt")
+        p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix, salt=salt)
+        items, history = p.items, p.history
+        self.check_length(history, params.max_tokens)
+        t0 = time.perf_counter()
+        tree, model = self.tree(), self.model
+        plan = plan_request(tree, items, history)
+        end: Node | None = None
+        try:
+            n = history.n_tokens
+            gather = tree_gather(plan.match.path, model.device)
+            pre = batched_prefill(model, history.token_ids, history.compute_pos,
+                                  history_jobs(history, plan.compute), gather,
+                                  [n - 1] if plan.compute[n - 1] else [], logits=False)
+            if plan.compute[n - 1]:
+                assert pre.hidden is not None
+                hidden, last_hidden = pre.hidden[0], pre.hidden[0]
+            else:
+                hidden, last_hidden = plan.end_hidden.to(model.device), None
+            end = commit_prefill(tree, plan, items, pre, last_hidden, self.bytes_per_token, model.device)
+            keys, values = view_kv(model, pre, history.alive, gather)
+            cache = DecodeCache(model, keys, values, history.compute_pos[history.alive], history.alive_pos,
+                                capacity=len(history.alive) + params.max_tokens)
+        except BaseException:
+            release(tree, end if end is not None else (plan.match.last or tree.root))
+            raise
+        on_text = options.get("on_text")
+        if opening and on_text is not None:
+            on_text(opening)
+        return Generation(items=items, usage=plan.usage, end=end, cache=cache, params=params,
+                          sampler=Sampler(params), hidden=hidden, next_pos=history.next_pos,
+                          on_text=on_text, cancelled=options.get("cancelled"),
+                          t_start=t0, t_decode=time.perf_counter(), opening=opening)
+
+    def step(self, generations: Sequence[Generation]) -> None:
+        """Advance every unfinished generation by one token, with one forward pass for all."""
+        live = [g for g in generations if not g.done]
+        if not live:
+            return
+        masked = [len(g.tokens) < g.params.min_tokens for g in live]
+        greedy = [g for g, m in zip(live, masked) if g.sampler.greedy and not m]
+        if greedy:
+            picks = self.model.greedy_batch(torch.stack([g.hidden for g in greedy]))
+            for g, tok in zip(greedy, picks):
+                g.tokens.append(tok)
+        for g, m in zip(live, masked):
+            if m or not g.sampler.greedy:
+                logits = self.model.logits(g.hidden[None])[0]
+                if m:
+                    logits[self.end_of_turn_ids] = float("-inf")
+                g.tokens.append(g.sampler(logits))
+        advancing = [g for g in live if not self._after_token(g)]
+        if not advancing:
+            return
+        toks = [g.tokens[-1] for g in advancing]
+        positions = [g.next_pos + len(g.tokens) - 1 for g in advancing]
+        hidden = step_caches(self.model, [g.cache for g in advancing], toks, positions)
+        for g, h in zip(advancing, hidden):
+            g.hidden = h
+
+    def _after_token(self, g: Generation) -> bool:
+        """Handle the token just appended to ``g``: stop checks and streaming. Returns done."""
+        tok = g.tokens[-1]
+        if tok in self.stop_ids and not g.params.ignore_eos:
+            g.reason = "stop"
+        else:
+            text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
+            cut = find_stop(text, g.params.stop)
+            if cut is not None:
+                text, g.reason = text[:cut], "stop"
+            if g.on_text is not None and len(text) > len(g.emitted) and not text.endswith("\ufffd"):
+                g.on_text(text[len(g.emitted):])
+                g.emitted = text
+        if g.reason is None and len(g.tokens) >= g.params.max_tokens:
+            g.reason = "length"
+        if g.reason is None and g.cancelled is not None and g.cancelled():
+            g.reason = "cancelled"
+        g.done = g.reason is not None
+        return g.done
+
+    def finish(self, g: Generation) -> ChatResult:
+        """Store the generated KV, release the locks and return the result (call exactly once)."""
+        assert not g.finished, "finish() called twice"
+        g.finished = True
+        t_end = time.perf_counter()
+        tree = self.tree()
+        try:
+            if len(g.tokens) > 1:
+                insert_output(tree, g.items, g.tokens, lambda s, e: self._generated_payload(g.cache, s, e),
+                              self.bytes_per_token)
+        finally:
+            release(tree, g.end)
+        text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
+        cut = find_stop(text, g.params.stop)
+        text = text if cut is None else text[:cut]
+        if g.on_text is not None and len(text) > len(g.emitted):
+            g.on_text(text[len(g.emitted):])
+        usage = g.usage.with_completion(len(g.tokens))
+        timings = Timings(g.t_decode - g.t_start, t_end - g.t_decode)
+        self.stats.add(usage, timings)
+        return ChatResult(g.opening + text, list(g.tokens), usage, g.reason or "cancelled", timings)
+
+    def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
+        keys, values = cache.appended(start, end)
+        return TensorKV(keys, values, str(self.model.device))

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Unpack
 import numpy as np
 import torch
 
-from engine.cache.accounting import Accountant, insert_output
+from engine.cache.accounting import Accountant
 from engine.cache.kvstore import TensorKV
 from engine.cache.plan import TokenUsage, plan_request, release
 from engine.cache.radix import Node, RadixTree
-from engine.decode import DecodeCache, Sampler, SamplingParams, find_stop, step_caches
+from engine.decode import Decoder, stop_token_ids
 from engine.errors import AKVError
 from engine.history import History, Item, replay, salted
 from engine.interface import ChatOptions
@@ -32,12 +32,11 @@ from engine.layout import Layout, Rendered, Renderer
 from engine.models.catalog import default_template
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
-from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather, view_kv
+from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather
 from engine.results import ChatResult, EngineStats, Generation, Prepared, ScoreResult, Timings
 from engine.schedule import Schedule, parse_schedule
 from engine.scoring import score_passes
 from engine.settings import settings
-from engine.toolcalls import forced_opening, message_tools
 from engine.window import ContextWindow
 
 if TYPE_CHECKING:
@@ -70,18 +69,11 @@ class Engine:
         self.window = ContextWindow(self.max_context, self.renderer)
         self.stats = EngineStats()
         self._tokenizer_sha: str | None = None
-
-        def one_token(text: str) -> int | None:
-            ids = tokenizer.encode(text, add_special_tokens=False) if text else []
-            return ids[0] if len(ids) == 1 else None
-
-        chat_template = self.renderer.template
-        stop_ids = {tokenizer.eos_token_id, *(one_token(s) for s in chat_template.stop)}
-        self.stop_ids = {i for i in stop_ids if i is not None}
-        # what ``min_tokens`` masks: the stops and the template's turn-opening marker (a model that
-        # opens a new turn has ended its own: Qwen writes an empty turn this way)
-        opener = one_token(chat_template.turn_open)
-        self.end_of_turn_ids = sorted(self.stop_ids | ({opener} if opener is not None else set()))
+        stop_ids, end_of_turn_ids = stop_token_ids(tokenizer, self.renderer.template)
+        # runs start/step/finish; reads the tree when it needs it (scratch_cache and clear_cache replace it)
+        self.decoder = Decoder(model, lambda: self.tree, tokenizer, stop_ids, end_of_turn_ids,
+                               self.renderer.template.stop, self.geometry.bytes_per_token, self.stats,
+                               prepare=self.prepare, check_length=self._check_length)
 
     @classmethod
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
@@ -371,109 +363,12 @@ class Engine:
         ``prepared`` (from :meth:`prepare`) replaces ``messages``, ``schedule``, ``prefix`` and ``salt``;
         its prefix must then end with ``tool_choice``'s opening (``engine.toolcalls.forced_opening``).
         """
-        params = SamplingParams.of(options, self.renderer.template.stop)
-        opening = forced_opening(options.get("tool_choice"), message_tools(messages))
-        prefix, salt = options.get("prefix", "") + opening, options.get("salt")
-        p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix, salt=salt)
-        items, history = p.items, p.history
-        self._check_length(history, params.max_tokens)
-        t0 = time.perf_counter()
-        plan = plan_request(self.tree, items, history)
-        end: Node | None = None
-        try:
-            n = history.n_tokens
-            gather = tree_gather(plan.match.path, self.model.device)
-            pre = batched_prefill(self.model, history.token_ids, history.compute_pos,
-                                  history_jobs(history, plan.compute), gather,
-                                  [n - 1] if plan.compute[n - 1] else [], logits=False)
-            if plan.compute[n - 1]:
-                assert pre.hidden is not None
-                hidden, last_hidden = pre.hidden[0], pre.hidden[0]
-            else:
-                hidden, last_hidden = plan.end_hidden.to(self.model.device), None
-            end = commit_prefill(self.tree, plan, items, pre, last_hidden, self.geometry.bytes_per_token,
-                                 self.model.device)
-            keys, values = view_kv(self.model, pre, history.alive, gather)
-            cache = DecodeCache(self.model, keys, values, history.compute_pos[history.alive], history.alive_pos,
-                                capacity=len(history.alive) + params.max_tokens)
-        except BaseException:
-            release(self.tree, end if end is not None else (plan.match.last or self.tree.root))
-            raise
-        on_text = options.get("on_text")
-        if opening and on_text is not None:
-            on_text(opening)
-        return Generation(items=items, usage=plan.usage, end=end, cache=cache, params=params,
-                          sampler=Sampler(params), hidden=hidden, next_pos=history.next_pos,
-                          on_text=on_text, cancelled=options.get("cancelled"),
-                          t_start=t0, t_decode=time.perf_counter(), opening=opening)
+        return self.decoder.start(messages, schedule, prepared=prepared, **options)
 
     def step(self, generations: Sequence[Generation]) -> None:
         """Advance every unfinished generation by one token, with one forward pass for all."""
-        live = [g for g in generations if not g.done]
-        if not live:
-            return
-        masked = [len(g.tokens) < g.params.min_tokens for g in live]
-        greedy = [g for g, m in zip(live, masked) if g.sampler.greedy and not m]
-        if greedy:
-            picks = self.model.greedy_batch(torch.stack([g.hidden for g in greedy]))
-            for g, tok in zip(greedy, picks):
-                g.tokens.append(tok)
-        for g, m in zip(live, masked):
-            if m or not g.sampler.greedy:
-                logits = self.model.logits(g.hidden[None])[0]
-                if m:
-                    logits[self.end_of_turn_ids] = float("-inf")
-                g.tokens.append(g.sampler(logits))
-        advancing = [g for g in live if not self._after_token(g)]
-        if not advancing:
-            return
-        toks = [g.tokens[-1] for g in advancing]
-        positions = [g.next_pos + len(g.tokens) - 1 for g in advancing]
-        hidden = step_caches(self.model, [g.cache for g in advancing], toks, positions)
-        for g, h in zip(advancing, hidden):
-            g.hidden = h
-
-    def _after_token(self, g: Generation) -> bool:
-        """Handle the token just appended to ``g``: stop checks and streaming. Returns done."""
-        tok = g.tokens[-1]
-        if tok in self.stop_ids and not g.params.ignore_eos:
-            g.reason = "stop"
-        else:
-            text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
-            cut = find_stop(text, g.params.stop)
-            if cut is not None:
-                text, g.reason = text[:cut], "stop"
-            if g.on_text is not None and len(text) > len(g.emitted) and not text.endswith("\ufffd"):
-                g.on_text(text[len(g.emitted):])
-                g.emitted = text
-        if g.reason is None and len(g.tokens) >= g.params.max_tokens:
-            g.reason = "length"
-        if g.reason is None and g.cancelled is not None and g.cancelled():
-            g.reason = "cancelled"
-        g.done = g.reason is not None
-        return g.done
+        self.decoder.step(generations)
 
     def finish(self, g: Generation) -> ChatResult:
         """Store the generated KV, release the locks and return the result (call exactly once)."""
-        assert not g.finished, "finish() called twice"
-        g.finished = True
-        t_end = time.perf_counter()
-        try:
-            if len(g.tokens) > 1:
-                insert_output(self.tree, g.items, g.tokens, lambda s, e: self._generated_payload(g.cache, s, e),
-                              self.geometry.bytes_per_token)
-        finally:
-            release(self.tree, g.end)
-        text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
-        cut = find_stop(text, g.params.stop)
-        text = text if cut is None else text[:cut]
-        if g.on_text is not None and len(text) > len(g.emitted):
-            g.on_text(text[len(g.emitted):])
-        usage = g.usage.with_completion(len(g.tokens))
-        timings = Timings(g.t_decode - g.t_start, t_end - g.t_decode)
-        self.stats.add(usage, timings)
-        return ChatResult(g.opening + text, list(g.tokens), usage, g.reason or "cancelled", timings)
-
-    def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
-        keys, values = cache.appended(start, end)
-        return TensorKV(keys, values, str(self.model.device))
+        return self.decoder.finish(g)

@@ -249,7 +249,7 @@ def test_ignore_eos_generates_the_full_length_in_process_and_over_http(tiny, tmp
     eng = fresh(tiny)
     msgs = trajectory(2)
     first = eng.chat(msgs, max_tokens=1, stop=[]).token_ids[0]
-    eng.stop_ids = {first}
+    eng.decoder.stop_ids = {first}
     with ServerThread(create_app(eng, snapshot_dir=tmp_path / "snaps")) as srv:
         remote = RemoteEngine(srv.base_url, "tiny-random", check_usage="raise")
         for e in (eng, remote):

@@ -47,8 +47,8 @@ def test_min_tokens_masks_the_end_of_turn_tokens_until_then(tiny, tmp_path):
     eng = fresh(tiny)
     msgs = trajectory(2)
     best = ranking(eng, msgs)
-    eng.stop_ids = {best[0]}
-    eng.end_of_turn_ids = sorted({best[0], best[1]})
+    eng.decoder.stop_ids = {best[0]}
+    eng.decoder.end_of_turn_ids = sorted({best[0], best[1]})
     with ServerThread(create_app(eng, snapshot_dir=tmp_path / "snaps")) as srv:
         remote = RemoteEngine(srv.base_url, "tiny-random", check_usage="raise")
         for e in (eng, remote):
@@ -71,8 +71,8 @@ def test_the_turn_opening_marker_is_masked_with_the_stops(tiny_gemma):
     template's turn-opening marker with its stops (gemma's ``<start_of_turn>`` here)."""
     opener = tiny_gemma.tokenizer.encode("<start_of_turn>", add_special_tokens=False)
     assert tiny_gemma.renderer.template.turn_open == "<start_of_turn>"
-    assert len(opener) == 1 and opener[0] in tiny_gemma.end_of_turn_ids
-    assert tiny_gemma.stop_ids < set(tiny_gemma.end_of_turn_ids)
+    assert len(opener) == 1 and opener[0] in tiny_gemma.decoder.end_of_turn_ids
+    assert tiny_gemma.decoder.stop_ids < set(tiny_gemma.decoder.end_of_turn_ids)
 
 
 def test_forced_opening_values_and_refusals():

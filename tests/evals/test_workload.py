@@ -203,7 +203,7 @@ def test_wall_clock_replay_agrees_with_the_simulator_where_the_order_is_fixed(ti
     assert {k: sim[k] for k in TOKEN_KEYS} == {k: real[k] for k in TOKEN_KEYS}
     pinned = replay(small_trace(), "ttl", ReplayConfig(model="tiny-random", calibration=cal), engine=tiny)
     assert pinned["ok"] and pinned["actions"]["pin"] + pinned["actions"]["keep"] >= 6
-    assert tiny.stop_ids and tiny.tree.eviction_order is None  # the shared engine is restored
+    assert tiny.decoder.stop_ids and tiny.tree.eviction_order is None  # the shared engine is restored
     with pytest.raises(WorkloadError, match="KV bytes per token"):  # a model clock of another model
         replay(tr, "lru", ReplayConfig(calibration=Calibration.assumed("x", CostModel()), clock="model"), engine=tiny)
 
@@ -225,7 +225,7 @@ def test_calibration_measures_the_engine(tiny, monkeypatch):
     assert len(cal.points["prefill"]) == 4 and {p["batch"] for p in cal.points["decode"]} == {1, 2}
     assert {p["forward"] for p in cal.points["decode"]} == {0, 1, 2}  # last steps apart
     assert Calibration.from_wire(json.loads(json.dumps(cal.wire()))) == cal
-    assert tiny.stop_ids and tiny.tree.eviction_order is None  # the engine is restored
+    assert tiny.decoder.stop_ids and tiny.tree.eviction_order is None  # the engine is restored
 
 
 def test_the_fit_recovers_known_coefficients_and_stays_non_negative():
