@@ -26,9 +26,8 @@ def run_case(model: str, replicas: int, routing: str, threads: int, specs: list[
              config: EvalConfig) -> dict[str, Any]:
     import ray
 
+    from rsi.cache.config import config_from_dict
     from rsi.cache.executors.ray_executor import RayExecutor
-    from rsi.config import config_from_dict
-
     cfg = config_from_dict({"model": {"name": model, "template": "plain", "pool_gb": 2.0},
                             "executor": {"kind": "ray", "replicas": replicas, "routing": routing,
                                          "threads_per_replica": threads, "timeout_s": 3600}})

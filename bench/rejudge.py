@@ -42,9 +42,9 @@ from evals.cache.probes import probe_format_for
 from evals.paired import pair_results, paired_bootstrap
 from evals.tasks.selection import select_tasks
 from evals.tasks.storage import load_suite
+from rsi.cache.config import SearchConfig
 from rsi.cache.export import pick_spec
 from rsi.cache.headline import HeadlineRow, read_headline
-from rsi.config import SearchConfig
 from rsi.rundir import RunDir, RunDirError
 
 

@@ -3,7 +3,7 @@
 Nothing is imported here (the modules load Optuna, MLflow and the engine on demand); use them
 directly:
 
-- ``rsi.cache``: the cache track (``rsi.cache.search.Search`` runs a config of ``rsi.config`` in a
+- ``rsi.cache``: the cache track (``rsi.cache.search.Search`` runs a config of ``rsi.cache.config`` in a
   run directory: experts, seeds and proposals, the held-out headline, headroom and ablation; its
   executors, report and export);
 - ``rsi.survival``: the tool-gap survival track (``rsi.survival.evolve``, ``rsi.survival.search``);

@@ -177,9 +177,8 @@ def yaml_reason(err: Exception) -> str:
 def _search(args: argparse.Namespace) -> int:
     import yaml
 
+    from rsi.cache.config import load_config
     from rsi.cache.search import Search, load_run_config
-    from rsi.config import load_config
-
     executor: dict[str, Any] = {}
     if args.replicas is not None:
         executor.update(replicas=args.replicas, kind="ray")

@@ -25,7 +25,7 @@ from engine.errors import AKVError, show
 from engine.files import atomic_write, read_text
 
 if TYPE_CHECKING:
-    from rsi.config import SearchConfig
+    from rsi.cache.config import SearchConfig
     from rsi.survival.config import EvolveConfig
 
 CACHE = "cache"
@@ -133,7 +133,7 @@ class RunDir:
       ``families``), an ``archive.json`` with ``"kind": "survival"`` and a ``headline.json`` with
       ``"unit": "trace"``.
     - A cache run (``rsi.cache.search.Search``) writes ``config.json`` as
-      ``rsi.config.SearchConfig.to_dict`` (sections ``model``, ``data``, ``eval``...; no ``families``),
+      ``rsi.cache.config.SearchConfig.to_dict`` (sections ``model``, ``data``, ``eval``...; no ``families``),
       an ``archive.json`` without ``kind`` and a ``headline.json`` of per-task ``comparisons``.
 
     A directory without ``run.json`` (a run started before the record existed) is a survival run when
@@ -241,14 +241,13 @@ class RunDir:
 
     @property
     def cache_config(self) -> SearchConfig:
-        """The cache search's ``rsi.config.SearchConfig`` (read once).
+        """The cache search's ``rsi.cache.config.SearchConfig`` (read once).
 
         Raises:
             RunDirError: a survival run, no ``config.json``, or one that is not a valid search config
                 (naming the file and the field).
         """
-        from rsi.config import config_from_dict
-
+        from rsi.cache.config import config_from_dict
         self._expect(CACHE)
         if self._config is None:
             self._config = self._parse(config_from_dict)

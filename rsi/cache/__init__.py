@@ -1,6 +1,6 @@
 """The cache track of the search: which history the model stops attending to, and when positions move.
 
-``rsi.cache.search.Search`` runs a config (``rsi.config``) in a run directory through the shared
+``rsi.cache.search.Search`` runs a config (``config``) in a run directory through the shared
 generation loop (``rsi.loop``), with its parts passed explicitly: the model evaluations and their
 budget ledger (``evaluations``), experts and tuned experts (``expert_tuning``), the evaluation cascade
 (``cascade``, over the screen of ``tuning``), each program's tuning (``program_tuning``, ``tuning``), the

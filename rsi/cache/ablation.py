@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsi.archive import Archive, Candidate
+from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, choose_on_train
-from rsi.config import SearchConfig
 from rsi.loop import ARM, Track, run_arm, run_proposer_arm
 from search_spaces import Episode, seed_source
 

@@ -23,9 +23,9 @@ from evals.cache.evaluator import DIAGNOSTIC, PolicySpec, TaskResult
 from evals.cache.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.tasks.schema import Task
 from rsi.archive import Archive, candidate_id
+from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.tuning import Screen
-from rsi.config import SearchConfig
 from rsi.metrics import aggregate
 from rsi.rundir import RunDir
 from rsi.tuning import TuneResult, make_storage

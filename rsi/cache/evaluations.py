@@ -20,9 +20,9 @@ from evals.cache.evaluator import PolicySpec, TaskResult
 from evals.cache.fidelity import DryEngine, FidelitySpeed
 from evals.tasks.schema import Task
 from rsi.archive import Candidate
+from rsi.cache.config import SearchConfig
 from rsi.cache.executors.base import EvalRequest, Executor
 from rsi.cache.progress import SearchProgress
-from rsi.config import SearchConfig
 from rsi.rundir import RunDir
 from rsi.store import EvalStore, eval_key
 

@@ -30,9 +30,9 @@ from evals.paired import PairingError, pair_results, paired_bootstrap
 from evals.tasks.schema import Task
 from rsi.archive import Archive, Candidate
 from rsi.cache.ablation import ARM
+from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, choose_on_train
-from rsi.config import SearchConfig
 from rsi.metrics import aggregate
 from rsi.rundir import RunDir
 

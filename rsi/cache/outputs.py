@@ -10,9 +10,9 @@ from typing import Any
 
 from rsi.archive import Archive
 from rsi.cache.cascade import Cascade
+from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import build_headline, write_headline
-from rsi.config import SearchConfig
 from rsi.rundir import RunDir
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from rsi.config import SearchConfig
+from rsi.cache.config import SearchConfig
 
 
 @dataclass(frozen=True)

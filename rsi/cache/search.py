@@ -30,6 +30,7 @@ from evals.tasks import select_tasks
 from evals.tasks.schema import Task
 from rsi.archive import Archive
 from rsi.cache.cascade import Cascade
+from rsi.cache.config import PLACEMENT, SearchConfig, config_from_dict
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.expert_tuning import Experts
 from rsi.cache.feedback import Feedback, proposer_hindsight
@@ -40,7 +41,7 @@ from rsi.cache.program_tuning import ProgramTuning
 from rsi.cache.progress import SearchProgress, plan_evaluations
 from rsi.cache.protocol import judge_heldout
 from rsi.cache.task_sets import load_tasks
-from rsi.config import PLACEMENT, ConfigError, SearchConfig, config_from_dict
+from rsi.config import ConfigError
 from rsi.loop import admit, generation
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.rundir import CACHE, RunDir, RunDirError
@@ -308,7 +309,7 @@ def _normalized(raw: dict[str, Any]) -> Any:
 
 
 def _without_placement(raw: Any) -> Any:
-    """``raw`` without the executor fields a resumed run may change (``rsi.config.PLACEMENT``)."""
+    """``raw`` without the executor fields a resumed run may change (``rsi.cache.config.PLACEMENT``)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("executor"), dict):
         return raw
     return {**raw, "executor": {k: v for k, v in raw["executor"].items() if k not in PLACEMENT}}
@@ -316,7 +317,7 @@ def _without_placement(raw: Any) -> Any:
 
 def load_run_config(run_dir: str | Path, executor: Mapping[str, Any] | None = None) -> SearchConfig:
     """The config a run directory was started with (for ``--resume``), with its ``executor`` fields
-    replaced by ``executor`` (fields of ``rsi.config.PLACEMENT``: where evaluations run never changes
+    replaced by ``executor`` (fields of ``rsi.cache.config.PLACEMENT``: where evaluations run never changes
     their results, so a search started on Ray may resume in-process, and the other way round).
 
     Raises:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.logs import is_log_task
 from evals.tasks.schema import Task
-from rsi.config import ConfigError, SearchConfig
+from rsi.cache.config import SearchConfig
+from rsi.config import ConfigError
 
 log = logging.getLogger("akv.search")
 

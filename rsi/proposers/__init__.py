@@ -12,9 +12,9 @@ from rsi.proposers.base import ParentView, Proposal, Proposer, ProposerStats
 from rsi.proposers.mutation import MutationProposer
 
 if TYPE_CHECKING:
+    from rsi.cache.config import SearchConfig
     from rsi.cache.hindsight import Hindsight
     from rsi.cache.synthesis import Screen
-    from rsi.config import SearchConfig
     from search_spaces import Episode
 
 __all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerStats", "make_proposer"]

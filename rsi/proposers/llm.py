@@ -233,7 +233,6 @@ class LLMProposer(Proposer):
 
         if not cfg.base_url or not cfg.model:
             from rsi.config import ConfigError
-
             raise ConfigError("proposer.kind=llm needs proposer.base_url and proposer.model",
                               field="proposer.base_url", value=cfg.base_url)
         self.cfg = cfg

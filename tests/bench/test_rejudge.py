@@ -10,7 +10,7 @@ import pytest
 
 from bench.rejudge import judge_settings
 from evals.cache.probes import probe_format_for
-from rsi.config import load_config
+from rsi.cache.config import load_config
 
 
 @pytest.fixture

@@ -14,7 +14,8 @@ from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay
 from evals.cache.guard import FrameGuard, guard_schedule
 from evals.tasks import load_suite
-from rsi.config import ConfigError, config_from_dict
+from rsi.cache.config import config_from_dict
+from rsi.config import ConfigError
 from search_spaces.cache import rules
 
 ROLES = ["system", "user", "assistant", "tool", "tool", "assistant", "tool", "user", "assistant", "tool"]

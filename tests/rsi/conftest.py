@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine
-from rsi.config import config_from_dict
+from rsi.cache.config import config_from_dict
 
 TINY = {
     "name": "tiny-test",

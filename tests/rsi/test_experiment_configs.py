@@ -11,8 +11,9 @@ import pytest
 from engine.errors import AKVError
 from evals.rates import load_rates
 from rsi.cache.command import CommandError
+from rsi.cache.config import SearchConfig, config_from_dict, load_config
 from rsi.cache.search import _normalized, parse_expert
-from rsi.config import ConfigError, SearchConfig, config_from_dict, load_config
+from rsi.config import ConfigError
 from search_spaces import get_policy
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
@@ -125,9 +126,9 @@ def test_model_id_changes_only_off_the_defaults():
 def test_dtype_fast_is_bfloat16_only_where_the_cpu_multiplies_it_natively(monkeypatch, native):
     """``fast`` follows the CPU's flags (read once per resolution); ``auto`` never does, so the keys
     of every existing CPU run stay float32."""
-    import rsi.config
+    import rsi.cache.config
 
-    monkeypatch.setattr(rsi.config, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(rsi.cache.config, "cpu_has_native_bf16", lambda: native)
     fast = config_from_dict({"model": {"dtype": "fast"}})
     assert fast.dtype == ("bfloat16" if native else "float32")
     assert fast.model_id == ("gemma-3-270m|plain|bfloat16" if native else "gemma-3-270m|plain")

@@ -182,6 +182,5 @@ def test_the_short_prompt_for_weak_models(tmp_path, tiny_plain):
 
 def test_an_unknown_prompt_kind_is_refused_by_name():
     from rsi.config import ConfigError
-
     with pytest.raises(ConfigError, match=r"proposer\.prompt.*full or short"):
         tiny_config(proposer={"kind": "llm", "base_url": "http://x/v1", "model": "m", "prompt": "tiny"})

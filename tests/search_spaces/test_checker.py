@@ -219,7 +219,8 @@ def test_each_track_checks_against_its_own_api(attr, track):
 
     assert any(attr in dir(c) for c in (CACHE_API if track == "cache" else SURVIVAL_API))
     assert not any(attr in dir(c) for c in (SURVIVAL_API if track == "cache" else CACHE_API))
-    source = f"def decide(request, params):\n    x = request.{attr}\n    return {{}}\n\n\ndef space(trial):\n    return {{}}\n"
+    source = (f"def decide(request, params):\n    x = request.{attr}\n    return {{}}\n\n\n"
+              "def space(trial):\n    return {}\n")
     own, other = ((check_program, survival.check_program) if track == "cache"
                   else (survival.check_program, check_program))
     assert own(source).ok, own(source).reason

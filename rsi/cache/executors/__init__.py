@@ -9,7 +9,7 @@ from rsi.cache.executors.base import EvalRequest, Executor, ReplicaStats
 
 if TYPE_CHECKING:
     from evals.cache.evaluator import EvalConfig
-    from rsi.config import SearchConfig
+    from rsi.cache.config import SearchConfig
     from rsi.store import EvalStore
 
 __all__ = ["EvalRequest", "Executor", "ReplicaStats", "make_executor", "model_spec"]
