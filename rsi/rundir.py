@@ -320,13 +320,23 @@ class RunDir:
             check_sqlite(self / "mlflow.db")
 
     def open(self, log: logging.Logger) -> None:
-        """Start an attempt (after the resume checks): the folders, and ``log`` also to ``search.log``."""
+        """Start an attempt (after the resume checks): the folders, and ``log`` also to ``search.log``
+        until :meth:`close`."""
         (self / "programs").mkdir(exist_ok=True)
         (self / "proposals").mkdir(exist_ok=True)
+        self.close(log)
         handler = logging.FileHandler(self / "search.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
+
+    def close(self, log: logging.Logger) -> None:
+        """End an attempt: ``log`` no longer writes to this run's ``search.log`` (a later search in the
+        same process logs to its own run only)."""
+        path = str((self / "search.log").absolute())
+        for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler) and h.baseFilename == path]:
+            log.removeHandler(handler)
+            handler.close()
 
     def write_state(self, state: dict[str, Any]) -> None:
         self.write("state.json", state)

@@ -215,6 +215,7 @@ class Search:
             self.state["seconds"] = self.state.get("seconds", 0) + time.perf_counter() - t0
             self.files.write_state(self.state)
             self.evals.close()
+            self.files.close(log)
         return SearchResult(self.run_dir, self.archive, time.perf_counter() - t0)
 
     def say(self, text: str) -> None:

@@ -158,3 +158,17 @@ def test_the_cache_readers_take_the_typed_config(tmp_path, cache_run):
     (tmp_path / "config.json").write_text(json.dumps({"eval": {"frame_guard": True}}))
     assert run_frame_guard(tmp_path) is True
     assert run_eval_settings(tmp_path) == {"frame_guard": True}  # only what the config holds
+
+
+def test_a_finished_search_stops_writing_its_log(finished):
+    """The run's log handler is removed when the search ends: a later search in the same process
+    does not write into this run's search.log (nor keep its file open)."""
+
+    from rsi.cache.search import log
+
+    before = (finished / "search.log").read_text()
+    assert "attempt 1" in before
+    log.warning("a line logged after the search ended")
+    assert (finished / "search.log").read_text() == before
+    path = str((finished / "search.log").absolute())
+    assert not [h for h in log.handlers if getattr(h, "baseFilename", None) == path]
