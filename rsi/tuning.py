@@ -150,28 +150,39 @@ def drawn(result: RunOutcome, params: Any) -> dict[str, Any]:
     return dict(params or {})
 
 
+def fail(trial: optuna.Trial, params: dict[str, Any], reason: str, outcomes: dict[int, TrialOutcome[M]]) -> NoReturn:
+    """Record ``trial`` as failed with ``reason`` (in the study and in ``outcomes``) and end it.
+
+    Raises:
+        CandidateFailure: always (a study's ``catch`` keeps it going).
+    """
+    trial.set_user_attr("reason", reason)
+    outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
+    raise CandidateFailure(reason)
+
+
+def draw_or_fail(trial: optuna.Trial, draw: Draw, outcomes: dict[int, TrialOutcome[M]]) -> dict[str, Any]:
+    """``draw(trial)``; a space that fails makes ``trial`` a recorded failure (:func:`fail`)."""
+    try:
+        return draw(trial)
+    except CandidateFailure as err:
+        fail(trial, {}, str(err), outcomes)
+
+
 def run_study(study: optuna.Study, n_trials: int, draw: Draw, scoring: Scoring[M]) -> TuneResult[M]:
     """``n_trials`` trials of ``study`` (its directions: ``scoring.directions``; enqueued trials
     first), each drawn by ``draw`` and scored by ``scoring`` in two stages (module docstring)."""
     outcomes: dict[int, TrialOutcome[M]] = {}
     k = scoring.first if 0 < scoring.first < scoring.units else scoring.units
 
-    def fail(trial: optuna.Trial, params: dict[str, Any], reason: str) -> NoReturn:
-        trial.set_user_attr("reason", reason)
-        outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
-        raise CandidateFailure(reason)
-
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        try:
-            params = draw(trial)
-        except CandidateFailure as err:
-            fail(trial, {}, str(err))
+        params = draw_or_fail(trial, draw, outcomes)
         trial.set_user_attr("params", params)
         first = scoring.evaluate(params, 0, k)
         partial = scoring.score(first)
         reason = scoring.refusal(first, partial, k == scoring.units)
         if reason is not None:
-            fail(trial, params, reason)
+            fail(trial, params, reason, outcomes)
         if k < scoring.units:
             if any(dominates(ref, scoring.point(partial)) for ref in scoring.reference(k)):
                 trial.set_user_attr(f"pruned_after_{scoring.unit}", k)
@@ -182,7 +193,7 @@ def run_study(study: optuna.Study, n_trials: int, draw: Draw, scoring: Scoring[M
             score = scoring.score(whole)
             reason = scoring.refusal(whole, score, True)
             if reason is not None:
-                fail(trial, params, reason)
+                fail(trial, params, reason, outcomes)
         else:
             score = partial
         outcomes[trial.number] = TrialOutcome(trial.number, params, "complete", "", score)

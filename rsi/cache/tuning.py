@@ -30,7 +30,9 @@ from rsi.tuning import (
     Direction,
     TrialOutcome,
     TuneResult,
+    draw_or_fail,
     drawn,
+    fail,
     make_sampler,
     run_study,
     study_seed,
@@ -222,21 +224,13 @@ def _screen(source: str, study_name: str, storage: Any, sampler: optuna.samplers
     outcomes: dict[int, TrialOutcome[Metrics]] = {}
     draw = program_draw(source)
 
-    def failed(trial: optuna.Trial, params: dict[str, Any], reason: str) -> CandidateFailure:
-        trial.set_user_attr("reason", reason)
-        outcomes[trial.number] = TrialOutcome(trial.number, params, "failed", reason, None)
-        return CandidateFailure(reason)
-
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        try:
-            params = draw(trial)
-        except CandidateFailure as err:
-            raise failed(trial, {}, str(err)) from None
+        params = draw_or_fail(trial, draw, outcomes)
         results = screen.evaluate(params, tasks)
         metrics = aggregate(results)
         bad = next((r for r in results if not r.ok), None)
         if bad is not None or not metrics.ok:
-            raise failed(trial, params, (bad.error if bad else None) or "no probes predicted")
+            fail(trial, params, (bad.error if bad else None) or "no probes predicted", outcomes)
         trial.set_user_attr("fidelity", "proxy")
         outcomes[trial.number] = TrialOutcome(trial.number, params, "screened_out", "not promoted to the model",
                                               None, metrics, dict(trial.params))
