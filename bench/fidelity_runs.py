@@ -27,7 +27,7 @@ from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay, spearman
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.cache.export import load_archive
-from rsi.metrics import aggregate
+from rsi.cache.metrics import aggregate
 from rsi.rundir import RunDir
 
 OUT = Path("bench/results/fidelity-runs.json")

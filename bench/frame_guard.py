@@ -32,7 +32,7 @@ from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay
 from evals.cache.oracle import schedule_spec
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.search import load_run_config
 from search_spaces import Episode, run_program
 

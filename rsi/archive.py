@@ -1,9 +1,14 @@
-"""The archive: every candidate a search produced, its lineage, and the Pareto front.
+"""The archive both tracks share: every candidate a search produced, its lineage, and the Pareto front.
 
 A candidate is a program (by source hash) with one parameter set, or a failure of a proposal
 (refused by the checker, crashed, timed out) recorded with its reason and no score. Experts
 (the built-in reference policies) live beside the candidates, marked, so fronts and reports can
 compare against them without letting them into the evolved front.
+
+Here: the entry (:class:`Record`, generic over its track's metrics), the archive
+(:class:`CandidateArchive`), what the shared proposers read of either (:class:`ArchiveView`),
+:class:`Status` and :func:`candidate_id`. Each track types them: ``rsi.cache.archive``
+(``Candidate``, ``Archive``) and ``rsi.survival.archive`` (``SurvivalCandidate``, ``SurvivalArchive``).
 """
 
 from __future__ import annotations
@@ -11,13 +16,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
-from rsi.metrics import Metrics
-from rsi.pareto import front, hypervolume
+from rsi.pareto import front
 from rsi.rundir import RunDirError, read_json, write_json
 
 
@@ -37,13 +41,15 @@ class Scores(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
-M = TypeVar("M", bound=Scores)
+M = TypeVar("M", bound=Scores, covariant=True)
+"""A record's metrics; covariant (a record is frozen), so a ``Candidate`` is a ``Record[P]`` for any
+protocol ``P`` its ``Metrics`` satisfy (what a shared reader names, e.g. ``rsi.tracking.LoggedScores``)."""
 
 
 @dataclass(frozen=True)
 class Record(Generic[M]):
     """One entry of an archive, of either track; ``train`` and ``heldout`` are the track's metrics
-    (``rsi.metrics.Metrics`` for the cache track, ``rsi.survival.archive.SimScore`` for survival),
+    (``rsi.cache.metrics.Metrics`` for the cache track, ``rsi.survival.archive.SimScore`` for survival),
     read back with the subclass's :meth:`_metrics`.
 
     Attributes:
@@ -104,27 +110,6 @@ class Record(Generic[M]):
                    d["proposer"], cls._metrics(d["train"]) if d["train"] else None,
                    cls._metrics(d["heldout"]) if d["heldout"] else None, Status(d["status"]), d["reason"],
                    bool(d["expert"]), d.get("spec", "program"), int(d.get("size", 0)))
-
-
-@dataclass(frozen=True)
-class Candidate(Record[Metrics]):
-    """A cache-track entry (:class:`Record` with ``Metrics``: cost and pass rate)."""
-
-    @classmethod
-    def _metrics(cls, d: dict[str, Any]) -> Metrics:
-        return Metrics.from_dict(d)
-
-    @property
-    def shown(self) -> Metrics:
-        """Held-out metrics where measured, else train (for picking and reporting a best policy)."""
-        m = self.heldout if self.heldout is not None and self.heldout.ok else self.train
-        assert m is not None, f"{self.label} has no metrics"
-        return m
-
-    @property
-    def point(self) -> tuple[float, float]:
-        assert self.train is not None
-        return (self.train.cost_cents_mean, self.train.pass_rate)
 
 
 def candidate_id(program: str, params: dict[str, Any]) -> str:
@@ -229,13 +214,16 @@ class CandidateArchive(Generic[C]):
         return cls(candidates, hv if isinstance(hv, list) else [])
 
 
-@dataclass
-class Archive(CandidateArchive[Candidate]):
-    """The cache track's archive (``archive.json``)."""
+R = TypeVar("R", bound="Record[Any]", covariant=True)
 
-    @classmethod
-    def _row(cls, d: dict[str, Any]) -> Candidate:
-        return Candidate.from_dict(d)
 
-    def hypervolume(self, ref_cost: float) -> float:
-        return hypervolume([c.point for c in self.scored()], ref_cost)
+class ArchiveView(Protocol[R]):
+    """What the shared proposers and their bandit (``rsi.proposers``) read of an archive: its
+    candidates in insertion order and the scored ones. Both tracks' archives satisfy it
+    (``ArchiveView[Record[Any]]`` takes either; a reader of one track's metrics names a protocol of
+    them, e.g. ``rsi.proposers.llm.PromptScores``)."""
+
+    @property
+    def candidates(self) -> Sequence[R]: ...
+
+    def scored(self, experts: bool = False) -> Sequence[R]: ...

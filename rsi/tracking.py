@@ -5,6 +5,9 @@ next to it. Runs are created with an explicit experiment id through ``MlflowClie
 carry ``mlflow.parentRunId``), and the experiment is also made current with
 ``mlflow.set_experiment`` so that nested runs never land in "Default". Logging is idempotent
 across resumes: the candidate -> run mapping is kept in ``mlflow_runs.json``.
+
+Shared by both tracks: :class:`MLflowTracker` logs the cache track's metrics, and
+``rsi.survival.tracking.SurvivalTracker`` overrides what differs (its metrics, the front's columns).
 """
 
 from __future__ import annotations
@@ -12,11 +15,28 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from evals.cache.evaluator import TaskResult
-from rsi.archive import Candidate
+from rsi.archive import Record, Scores
 from rsi.rundir import write_text
+
+
+class LoggedScores(Scores, Protocol):
+    """What :class:`MLflowTracker` logs of a candidate's metrics (``rsi.cache.metrics.Metrics``; the
+    survival tracker overrides ``_metrics``)."""
+
+    @property
+    def pass_rate(self) -> float: ...
+
+    @property
+    def cost_cents_mean(self) -> float: ...
+
+    @property
+    def per_family(self) -> dict[str, float]: ...
+
+    @property
+    def cost_breakdown(self) -> dict[str, float]: ...
 
 
 class Tracker:
@@ -24,9 +44,9 @@ class Tracker:
 
     def start(self, config: dict[str, Any]) -> None: ...
 
-    def candidate(self, c: Candidate, source: str | None, results: list[TaskResult]) -> None: ...
+    def candidate(self, c: Record[Any], source: str | None, results: list[TaskResult]) -> None: ...
 
-    def heldout(self, c: Candidate) -> None: ...
+    def heldout(self, c: Record[Any]) -> None: ...
 
     def generation(self, g: int, metrics: dict[str, float]) -> None: ...
 
@@ -88,7 +108,7 @@ class MLflowTracker(Tracker):
         else:
             self.client.update_run(self.parent_id, status="RUNNING")
 
-    def candidate(self, c: Candidate, source: str | None, results: list[TaskResult]) -> None:
+    def candidate(self, c: Record[Any], source: str | None, results: list[TaskResult]) -> None:
         assert self.parent_id is not None
         runs = self.state.setdefault("candidates", {})
         if c.id in runs:
@@ -118,7 +138,7 @@ class MLflowTracker(Tracker):
         runs[c.id] = rid
         self._save()
 
-    def _metrics(self, rid: str, c: Candidate) -> None:
+    def _metrics(self, rid: str, c: Record[LoggedScores]) -> None:
         for split, m in (("train", c.train), ("heldout", c.heldout)):
             if m is None or not m.ok:
                 continue
@@ -129,7 +149,7 @@ class MLflowTracker(Tracker):
             for part, v in m.cost_breakdown.items():
                 self.client.log_metric(rid, f"{split}_cost_{part}_cents", v)
 
-    def heldout(self, c: Candidate) -> None:
+    def heldout(self, c: Record[Any]) -> None:
         rid = self.state.get("candidates", {}).get(c.id)
         if rid is None or c.heldout is None:
             return

@@ -1,5 +1,8 @@
 """The cache track of the search: which history the model stops attending to, and when positions move.
 
+Its candidates are ``archive``'s (``Candidate``, ``Archive``: the shared ``rsi.archive`` record and archive
+with ``metrics``' ``Metrics``, a candidate's cost and pass rate aggregated from task results).
+
 ``rsi.cache.search.Search`` runs a config (``config``) in a run directory through the shared
 generation loop (``rsi.loop``), with its parts passed explicitly: the model evaluations and their
 budget ledger (``evaluations``), experts and tuned experts (``expert_tuning``), the evaluation cascade

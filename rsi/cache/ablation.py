@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, choose_on_train

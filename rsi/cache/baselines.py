@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from rsi.archive import Archive, Candidate
+from rsi.archive import ArchiveView, Record
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from rsi.proposers.mutation import source_hash
 from search_spaces import Episode, check_program, run_program
@@ -41,6 +41,7 @@ HILLCLIMB_EDITS = ("grow", "protect", "mutate", "prune")
 """The synthesis operators a hill-climbing child is made with (no hindsight, no screen)."""
 CLIMBERS = ("seed", "hillclimb")
 """Proposers whose candidates can be the climb's incumbent."""
+R = TypeVar("R", bound=Record[Any])
 
 
 def tool_names(episodes: Sequence[Episode]) -> list[str]:
@@ -96,8 +97,8 @@ class RandomProposer(Proposer):
         self.smoke = list(smoke)
         self.tools = tool_names(self.smoke)
 
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
         out: list[Proposal] = []
         for _ in range(n):
             for _draw in range(MAX_DRAWS):
@@ -116,7 +117,7 @@ class RandomProposer(Proposer):
         return out
 
 
-def incumbent(archive: Archive) -> Candidate | None:
+def incumbent(archive: ArchiveView[R]) -> R | None:
     """The climb's parent: the best on train among seeds and climbers (module docstring)."""
     pool = [c for c in archive.scored() if c.proposer in CLIMBERS or c.proposer.startswith("hillclimb")]
     if not pool:
@@ -144,8 +145,8 @@ class HillClimbProposer(Proposer):
         self.edits = SynthesisProposer(self.smoke, hindsight=None, screen=None, candidates=1,
                                        tools=tool_names(self.smoke))
 
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
         best = incumbent(archive)
         if best is None:
             return []

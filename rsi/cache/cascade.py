@@ -22,11 +22,12 @@ from typing import Any
 from evals.cache.evaluator import DIAGNOSTIC, PolicySpec, TaskResult
 from evals.cache.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.tasks.schema import Task
-from rsi.archive import Archive, candidate_id
+from rsi.archive import candidate_id
+from rsi.cache.archive import Archive
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
+from rsi.cache.metrics import aggregate
 from rsi.cache.tuning import Screen
-from rsi.metrics import aggregate
 from rsi.rundir import RunDir
 from rsi.tuning import TuneResult, make_storage
 

@@ -19,7 +19,7 @@ from engine.layout import Renderer
 from evals.cache.evaluator import PolicySpec, TaskResult
 from evals.cache.fidelity import DryEngine, FidelitySpeed
 from evals.tasks.schema import Task
-from rsi.archive import Candidate
+from rsi.cache.archive import Candidate
 from rsi.cache.config import SearchConfig
 from rsi.cache.executors.base import EvalRequest, Executor
 from rsi.cache.progress import SearchProgress

@@ -33,9 +33,10 @@ import optuna
 
 from evals.cache.evaluator import PolicySpec, TaskResult
 from evals.tasks.schema import Task
-from rsi.archive import Archive, Candidate, Status, candidate_id
+from rsi.archive import Status, candidate_id
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.evaluations import Evaluations
-from rsi.metrics import Metrics, aggregate
+from rsi.cache.metrics import Metrics, aggregate
 from rsi.tracking import Tracker
 from rsi.tuning import make_sampler, study_seed
 from search_spaces import get_family, get_policy

@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.errors import AKVError
 from evals.cache.evaluator import PolicySpec
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.rundir import RunDir
 from search_spaces import Policy, PolicyError, export_policy, get_policy
 

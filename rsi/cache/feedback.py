@@ -15,7 +15,7 @@ from typing import Any
 from evals.cache.evaluator import PolicySpec, Replay, TaskResult
 from evals.cache.fidelity import EvidenceTable, ProxyReplay
 from evals.tasks.schema import Task
-from rsi.archive import Candidate
+from rsi.cache.archive import Candidate
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.hindsight import Hindsight, TaskFeatures, build_hindsight, drops_of, hindsight_table, report

@@ -37,7 +37,7 @@ from typing import Any
 
 from evals.cache.evaluator import TaskResult
 from evals.paired import MIN_TASKS, PASS_MARGIN, PairedDelta, PairingError, pair_results, paired_bootstrap
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.rundir import RunDir, RunDirError, read_json, write_json
 
 HEADLINE_FILE = "headline.json"

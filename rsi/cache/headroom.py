@@ -28,12 +28,12 @@ from evals.cache.headroom import measure_headroom
 from evals.cache.oracle import OracleConfig, violations
 from evals.paired import PairingError, pair_results, paired_bootstrap
 from evals.tasks.schema import Task
-from rsi.archive import Archive, Candidate
 from rsi.cache.ablation import ARM
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, choose_on_train
-from rsi.metrics import aggregate
+from rsi.cache.metrics import aggregate
 from rsi.rundir import RunDir
 
 HEADROOM_FILE = "headroom.json"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.cache.evaluator import TaskResult
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.rundir import write_json
 
 DROPPED_EDGES = (0.0, 0.1, 0.25, 0.5)      # buckets: 0, (0, .1], (.1, .25], (.25, .5], > .5

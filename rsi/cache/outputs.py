@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.cascade import Cascade
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations

@@ -17,15 +17,16 @@ from typing import Any
 
 from evals.cache.evaluator import PolicySpec, TaskResult
 from evals.tasks.schema import Task
-from rsi.archive import Archive, Candidate, Status, candidate_id
+from rsi.archive import Status, candidate_id
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.cascade import Cascade
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.fingerprint import behaviour
+from rsi.cache.metrics import aggregate
 from rsi.cache.protocol import program_size
 from rsi.cache.synthesis import SynthesisProposer
 from rsi.cache.tuning import tune
-from rsi.metrics import aggregate
 from rsi.proposers.base import Proposer
 from rsi.proposers.mutation import source_hash
 from rsi.tracking import Tracker

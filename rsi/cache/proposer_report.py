@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.niches import DROPPED_EDGES, REPOSITION_EDGES
 from rsi.proposers.bandit import operator_table
 from rsi.proposers.llm import PREFIX

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import AKVError
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.headline import TrainMatch, heldout_targets
-from rsi.metrics import aggregate
+from rsi.cache.metrics import aggregate
 from rsi.rundir import RunDir, read_json, write_json
 from rsi.tracking import Tracker
 

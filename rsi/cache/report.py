@@ -21,7 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from rsi.archive import Archive, Candidate, Status
+from rsi.archive import Status
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.headline import headline_lines, headroom_line, read_headline, read_headroom
 from rsi.cache.proposer_report import proposer_section
 from rsi.reporting import Marker, front_points, hypervolume_figure, img, plane, table

@@ -28,7 +28,7 @@ from evals.cache.evaluator import PolicySpec
 from evals.cache.fidelity import check_fidelity
 from evals.tasks import select_tasks
 from evals.tasks.schema import Task
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.cascade import Cascade
 from rsi.cache.config import PLACEMENT, SearchConfig, config_from_dict
 from rsi.cache.evaluations import Evaluations

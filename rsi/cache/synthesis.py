@@ -51,7 +51,7 @@ from typing import Any
 import optuna
 
 from evals.cache.table_bound import LENGTH_EDGES, Cell, length_bucket
-from rsi.archive import Archive
+from rsi.archive import ArchiveView, Record
 from rsi.cache.fingerprint import behaviour
 from rsi.cache.hindsight import Hindsight, TaskFeatures, drop_gain, drops_of, hindsight_table, keep_gain
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
@@ -143,8 +143,8 @@ class SynthesisProposer(Proposer):
 
     # ------------------------------------------------------------------ proposing
 
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
         if not parents:
             return []
         bandit = self.bandit = bandit_from_archive(self.operators, archive, ref_cost_of(archive), prefix=PREFIX)

@@ -24,7 +24,7 @@ import optuna
 from evals.cache.evaluator import TaskResult
 from evals.tasks.schema import Task
 from rsi._journal import Journal
-from rsi.metrics import Metrics, aggregate
+from rsi.cache.metrics import Metrics, aggregate
 from rsi.tuning import (
     CandidateFailure,
     Direction,

@@ -22,8 +22,9 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from rsi.archive import Archive, Candidate, Status
+from rsi.archive import ArchiveView, Record, Status
 from rsi.pareto import dominates, hypervolume
 
 HV_SATURATION = 0.05
@@ -95,7 +96,7 @@ def reward(scored: bool, entered_front: bool, hv_gain: float) -> float:
     return 0.4 + (0.3 if entered_front else 0.0) + 0.3 * min(1.0, max(0.0, hv_gain) / HV_SATURATION)
 
 
-def _operator(c: Candidate, prefix: str) -> str | None:
+def _operator(c: Record[Any], prefix: str) -> str | None:
     return c.proposer[len(prefix):] if c.proposer.startswith(prefix) else None
 
 
@@ -111,14 +112,14 @@ class Outcome:
     reward: float
 
 
-def offspring_rewards(archive: Archive, ref_cost: float, prefix: str = "mutation:",
+def offspring_rewards(archive: ArchiveView[Record[Any]], ref_cost: float, prefix: str = "mutation:",
                       before: int | None = None, ref_pass: float = 0.0) -> list[Outcome]:
     """One :class:`Outcome` per offspring program made by a ``prefix`` proposer (``mutation:<op>``),
     in archive order; ``before``: only generations before it. A program tuned to several candidates
     counts once, with its best reward. ``ref_pass``: the hypervolume's reference on the second
     objective (0 for pass rates; the survival search, whose second objective is minus recompute
     tokens, gives minus its reference)."""
-    by_program: dict[tuple[int, str, str], list[Candidate]] = defaultdict(list)
+    by_program: dict[tuple[int, str, str], list[Record[Any]]] = defaultdict(list)
     for c in archive.candidates:
         op = _operator(c, prefix)
         if op is None or c.expert or (before is not None and c.generation >= before):
@@ -146,8 +147,9 @@ def offspring_rewards(archive: Archive, ref_cost: float, prefix: str = "mutation
     return out
 
 
-def bandit_from_archive(arms: Sequence[str], archive: Archive, ref_cost: float, prefix: str = "mutation:",
-                        exploration: float = 1.0, before: int | None = None, ref_pass: float = 0.0) -> UCB1:
+def bandit_from_archive(arms: Sequence[str], archive: ArchiveView[Record[Any]], ref_cost: float,
+                        prefix: str = "mutation:", exploration: float = 1.0, before: int | None = None,
+                        ref_pass: float = 0.0) -> UCB1:
     """A UCB1 over ``arms`` fed with every recorded offspring's reward (operators not in ``arms`` skipped)."""
     bandit = UCB1(tuple(arms), exploration)
     for o in offspring_rewards(archive, ref_cost, prefix, before, ref_pass):
@@ -156,14 +158,15 @@ def bandit_from_archive(arms: Sequence[str], archive: Archive, ref_cost: float, 
     return bandit
 
 
-def ref_cost_of(archive: Archive) -> float:
-    """The hypervolume reference cost the search uses: 1.1 x the costliest expert's train cost."""
-    costs = [c.train.cost_cents_mean for c in archive.candidates if c.expert and c.train and c.train.ok]
+def ref_cost_of(archive: ArchiveView[Record[Any]]) -> float:
+    """The hypervolume reference cost the search uses: 1.1 x the costliest expert's train cost (the
+    first coordinate of its ``point``: a cache candidate's ``train.cost_cents_mean``)."""
+    costs = [c.point[0] for c in archive.candidates if c.expert and c.train and c.train.ok]
     scored = [c.point[0] for c in archive.scored()]
     return 1.1 * max(costs or scored or [1.0])
 
 
-def operator_table(archive: Archive, ref_cost: float | None = None,
+def operator_table(archive: ArchiveView[Record[Any]], ref_cost: float | None = None,
                    prefix: str = "mutation:", ref_pass: float = 0.0) -> list[Mapping[str, float | int | str]]:
     """Per generation and operator: offspring, the share that got a score (valid), the share that
     entered the front (success) and the mean reward -- the report's operator table."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsi.archive import Archive, Candidate
+from rsi.archive import ArchiveView, Record
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,10 @@ class Proposal:
 
 @dataclass(frozen=True)
 class ParentView:
-    """What a proposer knows about a parent: its candidate, its program and feedback on it."""
+    """What a proposer knows about a parent: its candidate (a ``Record`` of either track), its
+    program and feedback on it."""
 
-    candidate: Candidate
+    candidate: Record[Any]
     source: str
     feedback: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +89,7 @@ class Proposer(abc.ABC):
         self.stats = ProposerStats()
 
     @abc.abstractmethod
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
-        """Up to ``n`` new programs derived from ``parents`` (``seen``: source hashes to avoid)."""
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
+        """Up to ``n`` new programs derived from ``parents`` (``seen``: source hashes to avoid);
+        ``archive`` is the track's (the cache ``Archive`` or the ``SurvivalArchive``)."""

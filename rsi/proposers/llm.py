@@ -31,9 +31,9 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from rsi.archive import Archive, Candidate, Status
+from rsi.archive import ArchiveView, Record, Scores, Status
 from rsi.config import ProposerConfig
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
@@ -153,7 +153,23 @@ def apply_reply(reply: str, parent: str) -> tuple[str, str]:
     return reply, "no code block in the reply"
 
 
-def lineage_feedback(c: Candidate, archive: Archive, max_failures: int = 4) -> list[str]:
+class PromptScores(Scores, Protocol):
+    """What the cache prompt reads of a candidate's train metrics (``rsi.cache.metrics.Metrics``);
+    the survival subclass overrides every method that reads them (:meth:`LLMProposer.prompt`,
+    :meth:`LLMProposer._scored_line`)."""
+
+    @property
+    def pass_rate(self) -> float: ...
+
+    @property
+    def cost_cents_mean(self) -> float: ...
+
+    @property
+    def per_family(self) -> dict[str, float]: ...
+
+
+def lineage_feedback(c: Record[PromptScores], archive: ArchiveView[Record[PromptScores]],
+                     max_failures: int = 4) -> list[str]:
     """Prompt lines: ``c``'s per-family train pass-rate change against its first scored parent, and
     the most recent proposals derived from ``c`` that were refused or failed, with their reasons."""
     lines: list[str] = []
@@ -167,9 +183,9 @@ def lineage_feedback(c: Candidate, archive: Archive, max_failures: int = 4) -> l
     return lines + failed_children(c, archive, max_failures)
 
 
-def failed_children(c: Any, archive: Any, max_failures: int = 4) -> list[str]:
+def failed_children(c: Record[Any], archive: ArchiveView[Record[Any]], max_failures: int = 4) -> list[str]:
     """Prompt lines: the most recent proposals derived from ``c`` that were refused or failed, with
-    their reasons (any archive whose candidates have ``parents``, ``status`` and ``reason``)."""
+    their reasons (either track's archive)."""
     children = [x for x in archive.candidates if c.id in x.parents and x.status is not Status.OK]
     if not children:
         return []
@@ -275,7 +291,7 @@ class LLMProposer(Proposer):
 
     # ---------------------------------------------------------------- prompts
 
-    def prompt(self, parent: ParentView, archive: Archive | None = None, variant: str = "refine",
+    def prompt(self, parent: ParentView, archive: ArchiveView[Record[Any]] | None = None, variant: str = "refine",
                rng: random.Random | None = None) -> list[dict[str, str]]:
         """The messages for one proposal from ``parent`` with prompt ``variant`` (:data:`VARIANTS`);
         with ``archive``, also the parent's per-family pass-rate change against its own first parent
@@ -334,8 +350,8 @@ class LLMProposer(Proposer):
                 return res.reason
         return None
 
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
         self.generation += 1
         if self.cfg.mutate_instructions and self.generation > 1:
             self._evolve_instructions(archive)
@@ -357,11 +373,11 @@ class LLMProposer(Proposer):
             out.append(Proposal(source, (parent.candidate.id,), PREFIX + variant, note))
         return out
 
-    def _bandit(self, archive: Archive) -> UCB1:
+    def _bandit(self, archive: ArchiveView[Record[Any]]) -> UCB1:
         """The variant bandit rebuilt from ``archive`` (offspring recorded as ``llm:<variant>``)."""
         return bandit_from_archive(tuple(self.variants), archive, ref_cost_of(archive), PREFIX)
 
-    def _ask(self, parent: ParentView, archive: Archive, variant: str,
+    def _ask(self, parent: ParentView, archive: ArchiveView[Record[Any]], variant: str,
              rng: random.Random) -> tuple[str, str, str | None]:
         """One proposal with ``variant``: the program, a note, and why it is refused (``None``: valid).
         A refused program goes back to the model once with the reason."""
@@ -381,7 +397,7 @@ class LLMProposer(Proposer):
             self.stats.valid += 1
         return source, f"{variant}: {note}", problem
 
-    def _evolve_instructions(self, archive: Archive) -> None:
+    def _evolve_instructions(self, archive: ArchiveView[Record[Any]]) -> None:
         recent = [c for c in archive.candidates if c.proposer.startswith(PREFIX)][-6:]
         summary = "\n".join(f"- {c.label}: status {c.status.value}"
                             + (f", {self._scored_line(c)}" if c.train else f", reason: {c.reason[:120]}")
@@ -398,8 +414,9 @@ class LLMProposer(Proposer):
             self.instructions = text
         (self.dir / f"instructions-g{self.generation}.txt").write_text(self.instructions)
 
-    def _scored_line(self, c: Any) -> str:
+    def _scored_line(self, c: Record[PromptScores]) -> str:
         """How a scored candidate did, in a few words (for the instruction rewrite)."""
+        assert c.train is not None
         return f"pass {c.train.pass_rate:.3f}, cost {c.train.cost_cents_mean:.4f}c"
 
     def __getstate__(self) -> dict[str, Any]:  # pragma: no cover - proposers stay in the driver

@@ -33,7 +33,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from rsi.archive import Archive
+from rsi.archive import ArchiveView, Record
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from search_spaces import Episode, check_program, run_program
@@ -167,8 +167,8 @@ class MutationProposer(Proposer):
         self.max_attempts = max_attempts
         self.bandit: UCB1 | None = None  # the last call's bandit (for inspection and reports)
 
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
         if not parents:
             return []
         bandit = self.bandit = self._bandit(archive)
@@ -190,7 +190,7 @@ class MutationProposer(Proposer):
                 break
         return out
 
-    def _bandit(self, archive: Archive) -> UCB1:
+    def _bandit(self, archive: ArchiveView[Record[Any]]) -> UCB1:
         """The operator bandit rebuilt from ``archive`` (a subclass with other objectives overrides it)."""
         return bandit_from_archive(self.operators, archive, ref_cost_of(archive))
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from rsi.archive import Archive
+from rsi.archive import ArchiveView, Record
 from rsi.proposers.base import ParentView, Proposal, Proposer
 from search_spaces import seed_source
 
@@ -37,8 +38,8 @@ class TuningOnly(Proposer):
         self.source = source
         self.turn = 0
 
-    def propose(self, parents: Sequence[ParentView], archive: Archive, n: int, rng: random.Random,
-                seen: set[str]) -> list[Proposal]:
+    def propose(self, parents: Sequence[ParentView], archive: ArchiveView[Record[Any]], n: int,
+                rng: random.Random, seen: set[str]) -> list[Proposal]:
         out = []
         for _ in range(n):
             name = self.seeds[self.turn % len(self.seeds)]

@@ -6,7 +6,7 @@ minimised. A :class:`SimScore` is their mean over the traces (every trace weighs
 score on the first ``k`` traces is comparable with the same score of another policy on those ``k``
 traces: the cascade's test).
 
-The archive has the cache archive's shape (``rsi.archive``: ids, lineage, status and reason of
+The archive is the shared one (``rsi.archive``, as the cache track's: ids, lineage, status and reason of
 failures, experts beside evolved candidates) so that the same Pareto helpers (``rsi.pareto``) and
 the same operator bandit (``rsi.proposers.bandit``) work on it: a candidate's ``point`` is
 ``(resume_ttft_p95_s, -recompute_tokens)``, the orientation those helpers use (first coordinate

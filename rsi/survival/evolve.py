@@ -448,7 +448,7 @@ class SurvivalEvolution:
         for c in chosen[:self.config.parents]:
             source = self._source(c)
             assert source is not None
-            views.append(ParentView(c, source, {"train": c.train.to_dict() if c.train else None,  # type: ignore[arg-type]
+            views.append(ParentView(c, source, {"train": c.train.to_dict() if c.train else None,
                                                 "baselines": baselines}))
         return views
 

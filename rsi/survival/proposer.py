@@ -24,7 +24,7 @@ from typing import Any
 
 from engine.survival import SurvivalRequest
 from evals.survival import SimConfig, Trace, simulate
-from rsi.archive import Archive
+from rsi.archive import ArchiveView, Record
 from rsi.config import ProposerConfig
 from rsi.proposers.bandit import UCB1, bandit_from_archive
 from rsi.proposers.base import ParentView
@@ -83,7 +83,7 @@ class SurvivalMutationProposer(MutationProposer):
         self.requests = list(requests)
         self.ref = ref
 
-    def _bandit(self, archive: Archive) -> UCB1:
+    def _bandit(self, archive: ArchiveView[Record[Any]]) -> UCB1:
         # The bandit reads only what both archives have (candidates, scored(), point, status, train.ok).
         return bandit_from_archive(self.operators, archive, self.ref[0], ref_pass=-self.ref[1])
 
@@ -131,7 +131,7 @@ class SurvivalLLMProposer(LLMProposer):
         self.requests = list(requests)
         self.ref = ref
 
-    def prompt(self, parent: ParentView, archive: Archive | None = None, variant: str = "refine",
+    def prompt(self, parent: ParentView, archive: ArchiveView[Record[Any]] | None = None, variant: str = "refine",
                rng: random.Random | None = None) -> list[dict[str, str]]:
         """The survival API, the parent program with its train metrics (and the tuned families'),
         its failed children, the variant's line and the answer format."""
@@ -155,7 +155,7 @@ class SurvivalLLMProposer(LLMProposer):
         check = check_program(source)
         return None if check.ok else check.reason
 
-    def _bandit(self, archive: Archive) -> UCB1:
+    def _bandit(self, archive: ArchiveView[Record[Any]]) -> UCB1:
         return bandit_from_archive(tuple(self.variants), archive, self.ref[0], PREFIX, ref_pass=-self.ref[1])
 
     def _scored_line(self, c: Any) -> str:

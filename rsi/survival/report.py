@@ -66,7 +66,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
     hypervolume_figure(archive.hv_history, paths["survival_hypervolume"])
     hv = archive.hv_history
     ref = hv[0]["ref"] if hv else [1.0, 1.0]
-    ops = operator_table(archive, ref[0], ref_pass=-ref[1])  # type: ignore[arg-type]
+    ops = operator_table(archive, ref[0], ref_pass=-ref[1])
     failures = [{"label": c.label, "generation": c.generation, "proposer": c.proposer, "status": c.status.value,
                  "reason": c.reason} for c in archive.failures()]
     stats_path = run / "proposer_stats.json"

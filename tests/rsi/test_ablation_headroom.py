@@ -11,7 +11,8 @@ import pytest
 
 from evals.cache.fidelity import ProbeOutcome
 from evals.tasks import load_suite, select_tasks
-from rsi.archive import Archive, Status
+from rsi.archive import Status
+from rsi.cache.archive import Archive
 from rsi.cache.headline import read_headline, read_headroom
 from rsi.cache.search import Search
 from rsi.cli import main

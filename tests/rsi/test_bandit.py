@@ -8,8 +8,9 @@ import random
 
 import pytest
 
-from rsi.archive import Archive, Candidate, Status
-from rsi.metrics import Metrics
+from rsi.archive import Status
+from rsi.cache.archive import Archive, Candidate
+from rsi.cache.metrics import Metrics
 from rsi.proposers.bandit import UCB1, bandit_from_archive, offspring_rewards, operator_table, reward
 from rsi.proposers.base import ParentView
 from rsi.proposers.mutation import OPERATORS, MutationProposer

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.baselines import HillClimbProposer, RandomProposer, incumbent, random_structure, tool_names
+from rsi.cache.metrics import Metrics
 from rsi.cache.protocol import Pick, ProtocolError, freeze, program_size, sha256, verify
-from rsi.metrics import Metrics
 from search_spaces import Episode, check_program, estimate_tokens, run_program, seed_source
 from search_spaces.cache import rules
 from tests.search_spaces.trajectories import recorded

@@ -7,8 +7,8 @@ import pytest
 
 from evals.cache.cost import CostBreakdown
 from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
+from rsi.cache.metrics import aggregate
 from rsi.cache.tuning import Screen, promoted, tune
-from rsi.metrics import aggregate
 from rsi.tuning import TrialOutcome
 
 SOURCE = ("def decide(request, params):\n    return request.plan()\n\n\n"
@@ -205,8 +205,8 @@ def test_the_fidelity_check_also_pairs_every_setting_the_experts_tuning_ran(tmp_
     from evals.cache.evaluator import PolicySpec, result_from_row
     from rsi.archive import candidate_id
     from rsi.cache.expert_tuning import space
+    from rsi.cache.metrics import aggregate
     from rsi.cache.search import Search
-    from rsi.metrics import aggregate
     from rsi.store import EvalStore
     from tests.rsi.conftest import tiny_config
 
@@ -247,8 +247,8 @@ def test_the_fidelity_sample_adds_unpromoted_sets_spread_over_the_predictions(tm
     import json
 
     from evals.cache.evaluator import PolicySpec, result_from_row
+    from rsi.cache.metrics import aggregate
     from rsi.cache.search import Search
-    from rsi.metrics import aggregate
     from rsi.store import EvalStore
     from tests.rsi.conftest import tiny_config
 

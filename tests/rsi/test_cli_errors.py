@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
+from rsi.cache.metrics import Metrics
 from rsi.cli import main
-from rsi.metrics import Metrics
 from search_spaces import seed_source
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from evals.cache.evaluator import PolicySpec
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.expert_tuning import ExpertTrial, choose, space
 from rsi.cache.headline import (
     HeadlineRow,
@@ -26,10 +26,10 @@ from rsi.cache.headline import (
     read_headroom,
     write_headline,
 )
+from rsi.cache.metrics import Metrics
 from rsi.cache.report import write_report
 from rsi.cache.search import Search
 from rsi.config import ConfigError
-from rsi.metrics import Metrics
 from rsi.tracking import Tracker
 from tests.rsi.conftest import TINY, tiny_config
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from engine.server import ServerThread
-from rsi.archive import Archive, Status
+from rsi.archive import Status
+from rsi.cache.archive import Archive
 from rsi.cache.search import Search
 from rsi.proposers.llm import apply_reply
 from search_spaces import seed_source
@@ -93,8 +94,8 @@ def test_llm_proposer_against_akv_serve_with_the_default_model(tmp_path, tiny_pl
 
 
 def test_prompt_carries_family_deltas_and_failures_of_the_parent(tmp_path):
-    from rsi.archive import Candidate
-    from rsi.metrics import Metrics
+    from rsi.cache.archive import Candidate
+    from rsi.cache.metrics import Metrics
     from rsi.proposers.base import ParentView
     from rsi.proposers.llm import lineage_feedback
 

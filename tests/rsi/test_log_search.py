@@ -8,7 +8,7 @@ import json
 import pytest
 
 from evals.tasks import load_suite
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.search import Search
 from rsi.config import ConfigError
 from rsi.store import EvalStore

@@ -10,7 +10,8 @@ import pytest
 
 from evals.cache.cost import CostBreakdown
 from evals.cache.evaluator import ProbeResult, RequestCost, TaskResult
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
+from rsi.cache.metrics import Metrics
 from rsi.cache.niches import (
     DROPPED_EDGES,
     EVIDENCE_EDGES,
@@ -20,7 +21,6 @@ from rsi.cache.niches import (
     choose_parents,
     niche_map,
 )
-from rsi.metrics import Metrics
 
 
 def _probe(dropped: tuple[int, ...]) -> ProbeResult:

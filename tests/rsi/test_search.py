@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.search import Search
 from tests.rsi.conftest import TINY, tiny_config
 

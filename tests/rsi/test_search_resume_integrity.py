@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rsi.archive import Archive
+from rsi.cache.archive import Archive
 from rsi.cache.search import Search, load_run_config
 from rsi.proposers.base import Proposer
 from rsi.rundir import RunDirError

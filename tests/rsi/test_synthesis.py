@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from evals.tasks.mixed import generate_mixed_task
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.fingerprint import behaviour
 from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, drop_gain, drops_of, report, split_task
+from rsi.cache.metrics import Metrics
 from rsi.cache.synthesis import SynthesisProposer, as_structure
-from rsi.metrics import Metrics
 from rsi.proposers.base import ParentView
 from search_spaces import Episode, estimate_tokens, run_program, seed_source
 from search_spaces.cache import rules

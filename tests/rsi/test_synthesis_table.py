@@ -12,10 +12,10 @@ from evals.cache.evaluator import EvalConfig, PolicySpec
 from evals.cache.fidelity import DryEngine, EvidenceTable, ProxyReplay, evidence_split
 from evals.cache.table_bound import LENGTH_EDGES, Cell, cheapest_cover, length_bucket
 from evals.tasks.mixed import generate_mixed_task
-from rsi.archive import Archive, Candidate
+from rsi.cache.archive import Archive, Candidate
 from rsi.cache.hindsight import NEVER, Hindsight, TaskFeatures, build_hindsight, drops_of, hindsight_table
+from rsi.cache.metrics import Metrics
 from rsi.cache.synthesis import SynthesisProposer, table_structure
-from rsi.metrics import Metrics
 from rsi.proposers.base import ParentView
 from search_spaces import Episode, estimate_tokens, run_program, seed_source
 from search_spaces.cache import rules

@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from rsi.archive import Archive, Status
+from rsi.archive import Status
+from rsi.cache.archive import Archive
 from rsi.cache.search import Search
 from rsi.cache.tuning import tune
 from rsi.tracking import Tracker
