@@ -130,7 +130,7 @@ class Search:
     def proposer(self, smoke: Sequence[Episode]) -> Proposer:
         """The proposer given to the search, else the config's, made once (the program tuning's too)."""
         if self.tuning.proposer is None:
-            from rsi.proposers import make_proposer
+            from rsi.cache.proposers import make_proposer
 
             # (the synthesis proposer fingerprints its candidates as the search does: on every train episode)
             grammar = ("synthesis", "random", "hillclimb")

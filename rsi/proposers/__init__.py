@@ -1,54 +1,11 @@
 """Proposers: who writes new policy programs (``mutation`` and ``synthesis`` offline, ``llm``, or
 ``none``: the seed programs tuned again, the ablation; ``random`` and ``hillclimb``: the baselines
-over the synthesis grammar, ``rsi.cache.baselines``)."""
+over the synthesis grammar, ``rsi.cache.baselines``). The cache search picks its proposer with
+``rsi.cache.proposers.make_proposer``; the survival track with its own (``rsi.survival.proposer``)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsi.proposers.base import ParentView, Proposal, Proposer, ProposerStats
 from rsi.proposers.mutation import MutationProposer
 
-if TYPE_CHECKING:
-    from rsi.cache.config import SearchConfig
-    from rsi.cache.hindsight import Hindsight
-    from rsi.cache.synthesis import Screen
-    from search_spaces import Episode
-
-__all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerStats", "make_proposer"]
-
-
-def make_proposer(config: SearchConfig, smoke: Sequence[Episode], run_dir: Path, *,
-                  hindsight: Hindsight | None = None, screen: Screen | None = None, check: Screen | None = None,
-                  known: set[str] | None = None, source_of: Callable[[str], str] | None = None) -> Proposer:
-    """The proposer ``config.proposer.kind`` names. ``hindsight`` (the oracle on train), ``screen``
-    (zero-forward scoring) and ``known`` (behaviour fingerprints of the search's programs) guide the
-    synthesis proposer; the others ignore them. ``source_of`` (a program hash's source) is the
-    hill climber's way to read its incumbent."""
-    kind = config.proposer.kind
-    if kind == "random":
-        from rsi.cache.baselines import RandomProposer
-
-        return RandomProposer(smoke)
-    if kind == "hillclimb":
-        from rsi.cache.baselines import HillClimbProposer
-
-        if source_of is None:
-            raise ValueError("the hillclimb proposer needs source_of")
-        return HillClimbProposer(smoke, source_of)
-    if kind == "llm":
-        from rsi.proposers.llm import LLMProposer
-
-        return LLMProposer(config.proposer, smoke, run_dir)
-    if kind == "synthesis":
-        from rsi.cache.synthesis import SynthesisProposer
-
-        return SynthesisProposer(smoke, hindsight, screen, config.proposer.candidates, known, config.proposer.inner,
-                                 check=check if config.proposer.check_last > 0 else None)
-    if kind == "none":
-        from rsi.proposers.tuning import TuningOnly
-
-        return TuningOnly(config.seeds)
-    return MutationProposer(smoke)
+__all__ = ["MutationProposer", "ParentView", "Proposal", "Proposer", "ProposerStats"]
