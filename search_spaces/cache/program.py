@@ -114,23 +114,13 @@ SESSIONS = SessionPool(size=4 * SHARDS)
 runs the program's module code afresh in each, as a new process would, without paying for one."""
 
 
-def _starter(source: str, limits: SandboxLimits) -> Callable[[], SandboxSession]:
-    lifetime = SandboxLimits((limits.cpu_seconds + 1) * (SESSIONS.max_calls + 1), limits.wall_seconds, limits.memory_mb,
-                             limits.max_output_bytes, limits.max_params)
-
-    def start() -> SandboxSession:
-        return SandboxSession({"mode": "program", "source": source}, lifetime, call_cpu_seconds=limits.cpu_seconds)
-
-    return start
-
-
 def _sandboxed(source: str, sha256: str, limits: SandboxLimits, message: dict[str, Any],
                answer: Any = None) -> ChildOutput:
     """``message`` (a ``space`` or ``decide`` call) answered by the program's first pooled sandbox
     process (the one that decides the episodes 0, SHARDS, ... of :func:`run_program`: a program's
     ``space`` and ``decide`` calls alternate in a screen, and one process fewer is one start fewer).
     Each call keeps ``limits`` (CPU, wall clock, output); memory and CPU are bounded per process too."""
-    return SESSIONS.ask((sha256, limits, 0), _starter(source, limits), message, answer)
+    return SESSIONS.ask((sha256, limits, 0), SESSIONS.program_starter(source, limits), message, answer)
 
 
 OnEpisode = Callable[[int, tuple[Decision, ...]], None]
@@ -208,7 +198,7 @@ def run_program(source: str, params: Mapping[str, Any], episodes: Sequence[Episo
             except Exception as err:  # noqa: BLE001 - raised again once the sandbox has answered
                 raised.append(err)
 
-    start = _starter(source, limits)
+    start = SESSIONS.program_starter(source, limits)
     outs = SESSIONS.ask_all([((check.sha256, limits, k), start, _decide_message(part, sent),
                               functools.partial(partial, k)) for k, part in enumerate(parts)])
     if raised:

@@ -526,6 +526,18 @@ class SessionPool:
     def _forget(self) -> None:
         self._sessions, self._lock = {}, threading.Lock()
 
+    def program_starter(self, source: str, limits: SandboxLimits) -> Callable[[], SandboxSession]:
+        """How to start a kept process for program ``source`` (``program`` mode: it answers ``space``
+        and ``decide`` calls, each within ``limits``; the process's own CPU bound covers the
+        :attr:`max_calls` calls it may serve)."""
+        lifetime = SandboxLimits((limits.cpu_seconds + 1) * (self.max_calls + 1), limits.wall_seconds,
+                                 limits.memory_mb, limits.max_output_bytes, limits.max_params)
+
+        def start() -> SandboxSession:
+            return SandboxSession({"mode": "program", "source": source}, lifetime, call_cpu_seconds=limits.cpu_seconds)
+
+        return start
+
     def ask(self, key: Any, start: Callable[[], SandboxSession], message: dict[str, Any],
             answer: Callable[[dict[str, Any]], Any] | None = None,
             partial: Callable[[bytes], None] | None = None) -> ChildOutput:

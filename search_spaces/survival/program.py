@@ -20,7 +20,16 @@ from typing import Any
 from engine.survival import SurvivalDecision, SurvivalError, SurvivalRequest
 from search_spaces.errors import ProgramFailure
 from search_spaces.params import job_params, unknown_parameter
-from search_spaces.sandbox import RunOutcome, SandboxLimits, SandboxSession, Status, checker, one_line, run_child
+from search_spaces.sandbox import (
+    RunOutcome,
+    SandboxLimits,
+    SandboxSession,
+    SessionPool,
+    Status,
+    checker,
+    one_line,
+    run_child,
+)
 from search_spaces.sandbox.checker import CheckResult
 from search_spaces.sandbox.space import Drawn, draw_params
 from search_spaces.survival.api import API_CLASSES
@@ -33,13 +42,19 @@ def check_program(source: str) -> CheckResult:
     return checker.check_program(source, API_CLASSES)
 
 
+SPACES = SessionPool(size=4)
+"""Kept sandbox processes answering the ``space`` calls of the survival programs tuned lately (a
+process start costs ~50 times a draw)."""
+
+
 def suggest_survival_params(source: str, trial: Any, limits: SandboxLimits | None = None) -> Drawn:
     """Draw the parameters of survival program ``source`` from Optuna ``trial``: its ``space`` runs in
-    a fresh sandbox process (:func:`search_spaces.sandbox.space.draw_params`; never raises for what
-    the program does)."""
+    the program's kept sandbox process (:func:`search_spaces.sandbox.space.draw_params`; never raises
+    for what the program does)."""
     limits = limits or SandboxLimits()
-    return draw_params(check_program(source), trial,
-                       lambda message, answer: run_child({**message, "source": source}, limits, answer))
+    check = check_program(source)
+    return draw_params(check, trial, lambda message, answer: SPACES.ask(
+        (check.sha256, limits), SPACES.program_starter(source, limits), message, answer))
 
 
 @dataclass(frozen=True)

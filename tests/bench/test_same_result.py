@@ -73,5 +73,5 @@ def test_a_directory_and_a_file_are_refused(tmp_path):
     run = _run(tmp_path, "run")
     with pytest.raises(SystemExit, match="two run directories or two files"):
         compare(run, run / "headline.json")
-    with pytest.raises(SystemExit, match="no such run directory or file: .*gone"):
+    with pytest.raises(SystemExit, match=r"no such run directory or file: .*gone"):
         compare(run, tmp_path / "gone")
