@@ -41,9 +41,27 @@ class Scores(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
 
+class CostPassScores(Scores, Protocol):
+    """What shared code reading the cache track's metrics (``rsi.cache.metrics.Metrics``) names of
+    them: the cache LLM prompt (``rsi.proposers.llm``) and the MLflow logging (``rsi.tracking``). The
+    survival track overrides both readers."""
+
+    @property
+    def pass_rate(self) -> float: ...
+
+    @property
+    def cost_cents_mean(self) -> float: ...
+
+    @property
+    def per_family(self) -> dict[str, float]: ...
+
+    @property
+    def cost_breakdown(self) -> dict[str, float]: ...
+
+
 M = TypeVar("M", bound=Scores, covariant=True)
 """A record's metrics; covariant (a record is frozen), so a ``Candidate`` is a ``Record[P]`` for any
-protocol ``P`` its ``Metrics`` satisfy (what a shared reader names, e.g. ``rsi.tracking.LoggedScores``)."""
+protocol ``P`` its ``Metrics`` satisfy (what a shared reader names, e.g. :class:`CostPassScores`)."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +239,7 @@ class ArchiveView(Protocol[R]):
     """What the shared proposers and their bandit (``rsi.proposers``) read of an archive: its
     candidates in insertion order and the scored ones. Both tracks' archives satisfy it
     (``ArchiveView[Record[Any]]`` takes either; a reader of one track's metrics names a protocol of
-    them, e.g. ``rsi.proposers.llm.PromptScores``)."""
+    them, e.g. :class:`CostPassScores`)."""
 
     @property
     def candidates(self) -> Sequence[R]: ...

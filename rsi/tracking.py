@@ -15,28 +15,11 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from evals.cache.evaluator import TaskResult
-from rsi.archive import Record, Scores
+from rsi.archive import CostPassScores, Record
 from rsi.rundir import write_text
-
-
-class LoggedScores(Scores, Protocol):
-    """What :class:`MLflowTracker` logs of a candidate's metrics (``rsi.cache.metrics.Metrics``; the
-    survival tracker overrides ``_metrics``)."""
-
-    @property
-    def pass_rate(self) -> float: ...
-
-    @property
-    def cost_cents_mean(self) -> float: ...
-
-    @property
-    def per_family(self) -> dict[str, float]: ...
-
-    @property
-    def cost_breakdown(self) -> dict[str, float]: ...
 
 
 class Tracker:
@@ -138,7 +121,7 @@ class MLflowTracker(Tracker):
         runs[c.id] = rid
         self._save()
 
-    def _metrics(self, rid: str, c: Record[LoggedScores]) -> None:
+    def _metrics(self, rid: str, c: Record[CostPassScores]) -> None:
         for split, m in (("train", c.train), ("heldout", c.heldout)):
             if m is None or not m.ok:
                 continue

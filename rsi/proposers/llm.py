@@ -31,9 +31,9 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from rsi.archive import ArchiveView, Record, Scores, Status
+from rsi.archive import ArchiveView, CostPassScores, Record, Status
 from rsi.config import ProposerConfig
 from rsi.proposers.bandit import UCB1, bandit_from_archive, ref_cost_of
 from rsi.proposers.base import ParentView, Proposal, Proposer
@@ -153,22 +153,7 @@ def apply_reply(reply: str, parent: str) -> tuple[str, str]:
     return reply, "no code block in the reply"
 
 
-class PromptScores(Scores, Protocol):
-    """What the cache prompt reads of a candidate's train metrics (``rsi.cache.metrics.Metrics``);
-    the survival subclass overrides every method that reads them (:meth:`LLMProposer.prompt`,
-    :meth:`LLMProposer._scored_line`)."""
-
-    @property
-    def pass_rate(self) -> float: ...
-
-    @property
-    def cost_cents_mean(self) -> float: ...
-
-    @property
-    def per_family(self) -> dict[str, float]: ...
-
-
-def lineage_feedback(c: Record[PromptScores], archive: ArchiveView[Record[PromptScores]],
+def lineage_feedback(c: Record[CostPassScores], archive: ArchiveView[Record[CostPassScores]],
                      max_failures: int = 4) -> list[str]:
     """Prompt lines: ``c``'s per-family train pass-rate change against its first scored parent, and
     the most recent proposals derived from ``c`` that were refused or failed, with their reasons."""
@@ -414,7 +399,7 @@ class LLMProposer(Proposer):
             self.instructions = text
         (self.dir / f"instructions-g{self.generation}.txt").write_text(self.instructions)
 
-    def _scored_line(self, c: Record[PromptScores]) -> str:
+    def _scored_line(self, c: Record[CostPassScores]) -> str:
         """How a scored candidate did, in a few words (for the instruction rewrite)."""
         assert c.train is not None
         return f"pass {c.train.pass_rate:.3f}, cost {c.train.cost_cents_mean:.4f}c"
