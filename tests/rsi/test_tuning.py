@@ -65,3 +65,59 @@ def test_a_search_survives_hostile_spaces_and_resumes(tmp_path):
     assert "high must be within +-2**53" in failed["import:huge_int"]
     assert "high must be a finite number" in failed["import:inf_float"]
     assert "ZeroDivisionError" in failed["import:raises"]
+
+
+class _Units:
+    """A track's Scoring by hand: each unit's result is the parameter ``x`` itself (cost ``x``, a fixed
+    pass), so every stage's score is known in advance."""
+
+    unit = "units"
+    directions = ("minimize", "maximize")
+
+    def __init__(self, units, first, front):
+        self.units, self.first, self.front, self.calls = units, first, front, []
+
+    def evaluate(self, params, start, stop):
+        self.calls.append((params["x"], start, stop))
+        return [params["x"]] * (stop - start)
+
+    def score(self, results):
+        return sum(results) / len(results)
+
+    def refusal(self, results, score, whole):
+        return "negative cost" if score < 0 else None
+
+    def point(self, score):
+        return score, 1.0
+
+    values = point
+
+    def reference(self, k):
+        return self.front
+
+
+def test_the_shared_study_runs_its_two_stages_as_written():
+    """rsi.tuning.run_study with a hand-made Scoring: a failed draw, a refused score, a trial pruned
+    after the first stage by the front there, and complete ones: each recorded with its reason, the
+    first stage run on the first units only, the Pareto trials returned as best."""
+    import optuna
+
+    from rsi.tuning import CandidateFailure, run_study
+
+    xs = iter([None, -1.0, 5.0, 2.0, 1.0])  # draw fails; refused; pruned (3.0 dominates 5.0); complete; complete
+
+    def draw(trial):
+        x = next(xs)
+        if x is None:
+            raise CandidateFailure("space(trial): boom")
+        return {"x": x}
+
+    scoring = _Units(units=4, first=1, front=[(3.0, 1.0)])
+    result = run_study(optuna.create_study(directions=list(scoring.directions)), 5, draw, scoring)
+    assert [(o.state, o.reason) for o in result.trials] == [
+        ("failed", "space(trial): boom"), ("failed", "negative cost"), ("pruned", "dominated after 1 units"),
+        ("complete", ""), ("complete", "")]
+    assert [o.params for o in result.trials] == [{}, {"x": -1.0}, {"x": 5.0}, {"x": 2.0}, {"x": 1.0}]
+    assert scoring.calls == [(-1.0, 0, 1), (5.0, 0, 1), (2.0, 0, 1), (2.0, 1, 4), (1.0, 0, 1), (1.0, 1, 4)]
+    assert [o.params["x"] for o in result.best] == [1.0]  # 1.0 costs less at the same pass: 2.0 is dominated
+    assert result.trials[3].train == 2.0 and not result.failed
