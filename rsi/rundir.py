@@ -248,6 +248,7 @@ class RunDir:
                 (naming the file and the field).
         """
         from rsi.cache.config import config_from_dict
+
         self._expect(CACHE)
         if self._config is None:
             self._config = self._parse(config_from_dict)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, NoReturn, Protocol, TypeVar
@@ -26,7 +26,6 @@ import optuna
 
 from rsi._journal import Journal
 from rsi.pareto import dominates
-from search_spaces.sandbox import RunOutcome
 
 optuna.logging.set_verbosity(logging.ERROR)  # failed trials are recorded and summarized by the search itself
 
@@ -114,8 +113,8 @@ class Scoring(Protocol[M]):
         """The study's two objective values of ``score``."""
         ...
 
-    def reference(self, k: int) -> list[tuple[float, float]]:
-        """The archive front's points (as :meth:`point`) on the first ``k`` train units."""
+    def reference(self, k: int) -> Sequence[M]:
+        """The archive front's scores on the first ``k`` train units (the ones that could be scored)."""
         ...
 
 
@@ -139,15 +138,28 @@ def study_seed(base: int, name: str) -> int:
     return (base * 1_000_003 + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)) % (2**31)
 
 
-def drawn(result: RunOutcome, params: Any) -> dict[str, Any]:
-    """The parameters a sandboxed ``space(trial)`` drew (``result``, with its ``params``).
+class Drawn(Protocol):
+    """What a sandboxed ``space(trial)`` gives back (either track's result of a draw)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def params(self) -> Mapping[str, Any] | None: ...
+
+
+def drawn(result: Drawn) -> dict[str, Any]:
+    """The parameters a sandboxed ``space(trial)`` drew.
 
     Raises:
         CandidateFailure: the space failed, with its reason.
     """
     if not result.ok:
         raise CandidateFailure(result.reason)
-    return dict(params or {})
+    return dict(result.params or {})
 
 
 def fail(trial: optuna.Trial, params: dict[str, Any], reason: str, outcomes: dict[int, TrialOutcome[M]]) -> NoReturn:
@@ -184,7 +196,8 @@ def run_study(study: optuna.Study, n_trials: int, draw: Draw, scoring: Scoring[M
         if reason is not None:
             fail(trial, params, reason, outcomes)
         if k < scoring.units:
-            if any(dominates(ref, scoring.point(partial)) for ref in scoring.reference(k)):
+            point = scoring.point(partial)
+            if any(dominates(scoring.point(ref), point) for ref in scoring.reference(k)):
                 trial.set_user_attr(f"pruned_after_{scoring.unit}", k)
                 outcomes[trial.number] = TrialOutcome(trial.number, params, "pruned",
                                                       f"dominated after {k} {scoring.unit}", partial)

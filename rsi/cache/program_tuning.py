@@ -23,7 +23,7 @@ from rsi.cache.cascade import Cascade
 from rsi.cache.config import SearchConfig
 from rsi.cache.evaluations import Evaluations
 from rsi.cache.fingerprint import behaviour
-from rsi.cache.metrics import aggregate
+from rsi.cache.metrics import Metrics, aggregate
 from rsi.cache.protocol import program_size
 from rsi.cache.synthesis import SynthesisProposer
 from rsi.cache.tuning import tune
@@ -114,14 +114,13 @@ class ProgramTuning:
                 self.say(f"  {label:14s} pass {o.train.pass_rate:.3f} cost {o.train.cost_cents_mean:.4f}c "
                          f"({proposer}{': ' + note if note else ''})")
 
-    def _reference(self, archive: Archive, tasks: Sequence[Task]) -> list[tuple[float, float]]:
-        """``archive``'s front's (cost, pass) on exactly ``tasks`` (all from the store)."""
+    def _reference(self, archive: Archive, tasks: Sequence[Task]) -> list[Metrics]:
+        """``archive``'s front's metrics on exactly ``tasks`` (all from the store)."""
         out = []
         for c in archive.front():
             results = self.evals.stored(self.evals.candidate_spec(c), tasks)
             if all(r is not None and r.ok for r in results):
-                m = aggregate([r for r in results if r is not None])
-                out.append((m.cost_cents_mean, m.pass_rate))
+                out.append(aggregate([r for r in results if r is not None]))
         return out
 
     def _behaves_as(self, sha: str, source: str) -> str | None:

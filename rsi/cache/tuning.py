@@ -41,8 +41,8 @@ from search_spaces import suggest_params
 
 Evaluate = Callable[[dict[str, Any], Sequence[Task]], list[TaskResult]]
 """(params, tasks) -> results of the program under tuning."""
-Reference = Callable[[Sequence[Task]], list[tuple[float, float]]]
-"""tasks -> (cost, pass) of the current front on exactly those tasks."""
+Reference = Callable[[Sequence[Task]], list[Metrics]]
+"""tasks -> the current front's metrics on exactly those tasks."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class TaskScoring:
 
     values = point
 
-    def reference(self, k: int) -> list[tuple[float, float]]:
+    def reference(self, k: int) -> list[Metrics]:
         return self.front(self.tasks[:k])
 
 
@@ -164,7 +164,7 @@ def program_draw(source: str) -> Callable[[optuna.Trial], dict[str, Any]]:
     """A trial's parameters from cache program ``source``'s ``space`` (in the sandbox)."""
     def draw(trial: optuna.Trial) -> dict[str, Any]:
         result = suggest_params(source, trial)
-        return drawn(result, result.params)
+        return drawn(result)
 
     return draw
 

@@ -154,12 +154,12 @@ KEPT_METRICS = ("ok", "error", "status", TTFT, RECOMPUTE, "jct_mean_s", "jct_p95
 class TraceScoring:
     """A parameter set's p95 resume TTFT and recompute tokens (both down) over the train traces
     (:class:`rsi.tuning.Scoring`): the first ``first`` traces, then the rest; ``front(k)`` gives the
-    archive front's points on the first ``k``."""
+    archive front's scores on the first ``k``."""
 
     units: int
     first: int
     run: Callable[[dict[str, Any], Sequence[int]], list[dict[str, Any]]]
-    front: Callable[[int], list[tuple[float, float]]]
+    front: Callable[[int], list[SimScore]]
     unit: ClassVar[str] = "traces"
     directions: ClassVar[tuple[Direction, Direction]] = ("minimize", "minimize")
 
@@ -178,7 +178,7 @@ class TraceScoring:
     def values(self, score: SimScore) -> tuple[float, float]:
         return score.resume_ttft_p95_s, score.recompute_tokens
 
-    def reference(self, k: int) -> list[tuple[float, float]]:
+    def reference(self, k: int) -> list[SimScore]:
         return self.front(k)
 
 
@@ -282,13 +282,11 @@ class SurvivalEvolution:
         """``c``'s per-trace simulator metrics on ``split`` (``train`` or ``heldout``)."""
         return self._run(c.spec, c.program, self._source(c), c.params, self.train if split == "train" else self.heldout)
 
-    def _reference(self, k: int) -> list[tuple[float, float]]:
-        out = []
-        for c in self.archive.front():
-            s = score_of(self._run(c.spec, c.program, self._source(c), c.params, self.train[:k]))
-            if s.ok:
-                out.append((s.resume_ttft_p95_s, -s.recompute_tokens))
-        return out
+    def _reference(self, k: int) -> list[SimScore]:
+        """The front's scores on the first ``k`` train traces (those that could be scored)."""
+        scores = (score_of(self._run(c.spec, c.program, self._source(c), c.params, self.train[:k]))
+                  for c in self.archive.front())
+        return [s for s in scores if s.ok]
 
     def _tune(self, spec: str, program: str, source: str | None, label: str, cascade: int) -> TuneResult[SimScore]:
         """The shared study (``rsi.tuning.run_study``) of ``config.trials`` trials: trial 0 runs the
@@ -299,7 +297,7 @@ class SurvivalEvolution:
 
             def space(trial: optuna.Trial) -> dict[str, Any]:
                 result = suggest_survival_params(source, trial)
-                return drawn(result, result.params)
+                return drawn(result)
 
             defaults: dict[str, Any] = {}
         else:

@@ -1,8 +1,8 @@
 """Drawing a program's parameters: its ``space(trial)`` runs in the sandbox, and each ``suggest_*``
 call the child makes is forwarded to a real Optuna trial in the parent as it happens (so conditional
 spaces draw exactly the parameters their branches reach), after checking it is one Optuna can hold.
-Both tracks draw through here; each runs the ``space`` call in its own way (a pooled process, a
-fresh one) and checks the program against its own API.
+Both tracks draw through here; each runs the ``space`` call in its own kept sandbox process and
+checks the program against its own API.
 """
 
 from __future__ import annotations

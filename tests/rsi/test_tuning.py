@@ -112,7 +112,7 @@ def test_the_shared_study_runs_its_two_stages_as_written():
             raise CandidateFailure("space(trial): boom")
         return {"x": x}
 
-    scoring = _Units(units=4, first=1, front=[(3.0, 1.0)])
+    scoring = _Units(units=4, first=1, front=[3.0])
     result = run_study(optuna.create_study(directions=list(scoring.directions)), 5, draw, scoring)
     assert [(o.state, o.reason) for o in result.trials] == [
         ("failed", "space(trial): boom"), ("failed", "negative cost"), ("pruned", "dominated after 1 units"),
