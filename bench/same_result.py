@@ -54,15 +54,29 @@ def _normalized(value: Any, skipped: set[str], where: str = "") -> Any:
     return value
 
 
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SystemExit(f"{path}: cannot be read ({type(err).__name__}: {err})") from None
+
+
+def _json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise SystemExit(f"{path}: not JSON ({err})") from None
+
+
 def _load(path: Path, runs: list[str]) -> Any:
-    text = path.read_text(encoding="utf-8")
+    text = _text(path)
     for run in sorted(runs, key=len, reverse=True):  # the longest first: one run's path may hold another's
         text = text.replace(run, "<run>")
     if path.suffix == ".jsonl":  # a store's records: the row is compared; its checksum covers the row's clock too
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        records = [_json(line, path) for line in text.splitlines() if line.strip()]
         return [{k: v for k, v in r.items() if k != "sha256"} if isinstance(r, dict) and "row" in r else r
                 for r in records]
-    return json.loads(text)
+    return _json(text, path)
 
 
 def differences(a: Any, b: Any, where: str = "") -> Iterator[str]:
@@ -84,8 +98,8 @@ def differences(a: Any, b: Any, where: str = "") -> Iterator[str]:
 
 def _run_dirs_in(path: Path) -> list[str]:
     """The run directories a pooled result names (``runs`` and each comparison's ``run_dir``)."""
-    text = path.read_text(encoding="utf-8")
-    return sorted(set(re.findall(r'"run_dir":\s*"([^"]+)"', text)) | set(_listed_runs(json.loads(text))))
+    text = _text(path)
+    return sorted(set(re.findall(r'"run_dir":\s*"([^"]+)"', text)) | set(_listed_runs(_json(text, path))))
 
 
 def _listed_runs(data: Any) -> list[str]:

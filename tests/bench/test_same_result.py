@@ -75,3 +75,10 @@ def test_a_directory_and_a_file_are_refused(tmp_path):
         compare(run, run / "headline.json")
     with pytest.raises(SystemExit, match=r"no such run directory or file: .*gone"):
         compare(run, tmp_path / "gone")
+    other = _run(tmp_path / "y", "run")
+    (other / "headline.json").write_text("not json {")
+    with pytest.raises(SystemExit, match=r"headline.json: not JSON \(Expecting value"):
+        compare(run, other)
+    (other / "headline.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(SystemExit, match=r"headline.json: cannot be read \(UnicodeDecodeError"):
+        compare(run, other)
