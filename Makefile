@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test lint typecheck unit bench bench-qwen qwen fuzz clean
+.PHONY: install quickstart test lint typecheck unit results bench bench-qwen qwen fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ unit: install
 	$(PY) -m pytest
 
 test: lint typecheck unit
+
+# Every measured figure of README.md and docs/results.md, rendered from bench/results/ (a test checks them).
+results: install
+	$(PY) -m bench.render_results
 
 # The speed goals (docs/results.md): every benchmark, then one table (bench/results/speed-summary.json).
 bench: install

@@ -13,6 +13,9 @@ import time
 from bench import write_result
 from engine.engine import Engine
 
+MEASURES = ["engine"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def _session(n_tools: int) -> list[dict]:
     msgs: list[dict] = [
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{policy:16s} turn {turn:2d}  prompt {u.prompt_tokens:5d}  prefill {u.prefill_tokens:5d}  "
                   f"cached {u.cached_tokens:5d}  dropped {u.drop_skipped_tokens:5d}  {rows[-1]['seconds']:.2f}s")
     eng.check_integrity()
-    write_result(args.out, {"model": args.model, "rows": rows})
+    write_result(args.out, {"model": args.model, "rows": rows}, measures=MEASURES)
     return 0
 
 

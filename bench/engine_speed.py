@@ -43,6 +43,9 @@ from engine.models.lean import Projection, packs_projections
 from engine.oracle.reference import ReferenceExecutor
 from engine.prefill import batched_prefill, history_jobs
 
+MEASURES = ["engine"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def _sync() -> None:
     """Wait for queued GPU work, so that wall-clock timings cover it (no-op on CPU)."""
@@ -367,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         report["restore"] = bench_restore(eng, args.repeats)
     report["load_average_end"] = os.getloadavg()  # other processes on a shared machine skew the timings
     out = Path(args.out) if args.out else RESULTS / f"engine-{args.model.replace('/', '_')}.json"
-    write_result(out, report)
+    write_result(out, report, measures=MEASURES)
     return 0
 
 

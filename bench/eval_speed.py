@@ -29,6 +29,9 @@ from engine.engine import Engine
 from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
 from evals.tasks import load_suite
 
+MEASURES = ["engine", "evals/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 POLICIES = [
     PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 12}),
     PolicySpec("rolling_drop", {"keep_tool_responses": 4}), PolicySpec("rolling_drop", {"keep_tool_responses": 2}),
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lockstep / sequential: {res['speedup']:.2f}x; same rows: {res['same_rows']}; failed {res['failed']}")
         write_result(args.out or "bench/results/eval-lockstep.json",
                      {"model": args.model, "policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
-                      "threads": torch.get_num_threads(), **res})
+                      "threads": torch.get_num_threads(), **res}, measures=MEASURES)
         return 0 if res["same_rows"] else 1
     specs = POLICIES[: args.policies]
     rows = [run(engine, specs, tasks, share, config) for share in (True, False)]
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"speedup from sharing: {rows[0]['evals_per_min'] / rows[1]['evals_per_min']:.2f}x")
     write_result(args.out or "bench/results/eval-throughput.json",
                  {"model": args.model, "policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
-                  "rows": rows})
+                  "rows": rows}, measures=MEASURES)
     return 0
 
 

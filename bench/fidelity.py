@@ -23,6 +23,9 @@ from evals.cache.fidelity import EvidenceTable, ProxyReplay, check_fidelity
 from evals.tasks import load_suite
 from evals.tasks.schema import Task
 
+MEASURES = ["engine", "evals/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def policies() -> list[PolicySpec]:
     """Distinct cache and text policies spanning drop depths (30 of them)."""
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             label = f"{group} ({g['policies']} x {speed['tasks']} tasks)"
             print(f"{label:28s} {g['ms_per_policy_task']:7.2f} {g['decide_ms']:7.2f} {g['rest_ms']:7.2f}")
         print(f"a search screens programs: {speed['proxy_evals_per_min']:.0f} policy-task evaluations a minute")
-        write_result(args.out or RESULTS / f"proxy-speed-{args.model}-{args.suite}.json", speed)
+        write_result(args.out or RESULTS / f"proxy-speed-{args.model}-{args.suite}.json", speed, measures=MEASURES)
         return 0
     result = run(args.model, args.suite, args.tasks, args.policies)
     print(f"{'policy':28s} {'model pass':>10s} {'predicted':>9s} {'cost (c)':>9s}")
@@ -182,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(result["summary"])
     print(f"policy-task evaluations per minute: model {result['model_evals_per_min']:.1f}, proxy "
           f"{result['proxy_evals_per_min']:.1f} ({result['speedup']:.0f}x)")
-    write_result(args.out or RESULTS / f"fidelity-{args.model}-{args.suite}.json", result)
+    write_result(args.out or RESULTS / f"fidelity-{args.model}-{args.suite}.json", result, measures=MEASURES)
     return 0
 
 

@@ -30,6 +30,9 @@ from rsi.cache.export import load_archive
 from rsi.cache.metrics import aggregate
 from rsi.rundir import RunDir
 
+MEASURES = ["evals/cache", "bench/fidelity_runs.py"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 OUT = Path("bench/results/fidelity-runs.json")
 
 
@@ -161,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{str(r['run'])[-28:]:28s} {r['policies']:8d}  "
               + "  ".join(f"{s[name]['spearman']:>20.3f} / {s[name]['mae']:.3f}" for name in RULES))
     write_result(args.out, {"runs": rows, "pooled": pooled,
-                            "command": "python -m bench.fidelity_runs " + " ".join(map(str, args.runs))})
+                            "command": "python -m bench.fidelity_runs " + " ".join(map(str, args.runs))},
+                 measures=MEASURES)
     return 0
 
 

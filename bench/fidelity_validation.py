@@ -39,6 +39,9 @@ from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 from rsi.rundir import RunDir
 
+MEASURES = ["engine", "evals/cache", "bench/fidelity_runs.py"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 STATISTICS = ("mean_delta", "worst_delta", "bound_pass")
 
 
@@ -161,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                        "frame_guard": config.eval.frame_guard, "bound": bound, "policies": len(labels),
                        "correlations": corr, "rows": rows, "probe_lost_within_bound": misses,
                        "seconds": time.perf_counter() - t0,
-                       "command": "python -m bench.fidelity_validation " + " ".join(argv or sys.argv[1:])})
+                       "command": "python -m bench.fidelity_validation " + " ".join(argv or sys.argv[1:])},
+                 measures=MEASURES)
     return 0
 
 

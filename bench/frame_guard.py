@@ -36,6 +36,9 @@ from rsi.cache.archive import Archive, Candidate
 from rsi.cache.search import load_run_config
 from search_spaces import Episode, run_program
 
+MEASURES = ["engine", "evals/cache", "search_spaces"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def _judge(engine: Any, dry: DryEngine, tasks: list[Task], config: EvalConfig,
            ) -> Callable[[PolicySpec, Task], TaskResult]:
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
           f"guarded ({'model' if args.model else 'pass predicted'})")
     write_result(args.out, {"model": args.model, "fidelity": "model" if args.model else "predicted", "runs": rows,
                             "pooled": {"choice_cents": c0, "choice_guarded_cents": c1, "arm_cents": a0,
-                                       "arm_guarded_cents": a1}})
+                                       "arm_guarded_cents": a1}}, measures=MEASURES)
 
 
 if __name__ == "__main__":

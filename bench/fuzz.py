@@ -36,6 +36,9 @@ from typing import Any
 from bench import RESULTS, write_result
 from bench.fuzz_targets import CORPUS, TARGETS, corpus, seeds
 
+MEASURES = ["evals/tasks", "engine/server", "engine/snapshot.py", "bench/fuzz_targets.py"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 INSTRUMENTED = {
     "openai": ["evals.tasks.logs", "evals.tasks.schema", "engine.template"],
     "atif": ["evals.tasks.logs", "evals.tasks.schema", "engine.template", "atif"],
@@ -81,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['target']} | {r['inputs']:,} | {r['inputs'] / max(r['seconds'], 1e-9):,.0f} | {r['coverage']} "
               f"| {len(r['crashes'])} | {r['corpus_before']} |")
     write_result(args.out, {"seconds_per_target": args.seconds, "timeout_s": args.timeout, "targets": rows,
-                            "command": "python -m bench.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])})
+                            "command": "python -m bench.fuzz " + " ".join(argv if argv is not None else sys.argv[1:])},
+                 measures=MEASURES)
     return 1 if any(r["crashes"] for r in rows) else 0
 
 

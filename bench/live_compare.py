@@ -22,6 +22,9 @@ from evals.cache.scoring import wilson_interval
 from evals.paired import PairedTasks, paired_bootstrap
 from rsi.rundir import RunDirError, read_json
 
+MEASURES = ["evals/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def load_run(run_dir: Path) -> dict[str, Any]:
     """``run_dir/live.json``: its policy label and one row per episode, keyed by (task, probe)."""
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    differs: {line}")
     out = Path(args.out) if args.out else RESULTS / "live-compare.json"
     write_result(out, {"reference": runs[0]["policy"], "policies": rows,
-                       "command": "python -m bench.live_compare " + " ".join(argv or sys.argv[1:])})
+                       "command": "python -m bench.live_compare " + " ".join(argv or sys.argv[1:])}, measures=MEASURES)
     return 0
 
 

@@ -1,7 +1,7 @@
 """A search on agent logs, checked with probes: ``python -m bench.log_probe_check RUN_DIR --suite SUITE --split SPLIT``
 
 When the log file a search ran on was made from a task suite with its probes removed (each session id
-is the task's id with ``/`` written as ``-``, as docs/results.md's log was made), the frozen picks
+is the task's id with ``/`` written as ``-``, as the notebook's log was made (docs/notebook.md)), the frozen picks
 (``pick.json``) are evaluated again on the same held-out conversations with their probes, by the run's
 model, template and frame guard: how well the fidelity the search judged by agreed with the probes.
 Writes ``bench/results/log-search-<run>-probe-check.json``.
@@ -23,6 +23,9 @@ from evals.paired import pair_results, paired_bootstrap
 from evals.tasks import load_suite
 from rsi.cache.export import load_archive, spec_of
 from rsi.rundir import RunDir, read_json
+
+MEASURES = ["engine", "evals/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             d = paired_bootstrap(pair_results(by[chosen], by[other]))
             out["comparisons"].append({"policy": chosen, "versus": other, "cost_delta_pct": d.cost_delta_pct,
                                        "pass_delta": d.pass_delta, "pass_delta_ci95": list(d.pass_delta_ci95)})
-    write_result(args.out or RESULTS / f"log-search-{run.name}-probe-check.json", out)
+    write_result(args.out or RESULTS / f"log-search-{run.name}-probe-check.json", out, measures=MEASURES)
     return 0
 
 

@@ -21,6 +21,9 @@ from evals.tasks import select_tasks
 from rsi.cache.executors.base import EvalRequest
 from rsi.store import EvalStore, eval_key
 
+MEASURES = ["engine", "rsi/cache/executors"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def run_case(model: str, replicas: int, routing: str, threads: int, specs: list[PolicySpec], tasks: list[Any],
              config: EvalConfig) -> dict[str, Any]:
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
               f"reuse {row['reuse_fraction']:.2f} ({row['cached_tokens']} cached / {row['prefill_tokens']} prefilled), "
               f"failed {row['failed']}", flush=True)
     write_result(args.out, {"model": args.model, "tasks": [t.id for t in tasks], "policies": len(specs),
-                            "rows": rows})
+                            "rows": rows}, measures=MEASURES)
     return 0
 
 

@@ -47,6 +47,9 @@ from rsi.cache.export import pick_spec
 from rsi.cache.headline import HeadlineRow, read_headline
 from rsi.rundir import RunDir, RunDirError
 
+MEASURES = ["engine", "evals/cache", "search_spaces"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                        "tasks": [t.id for t in tasks], "eval": eval_config.as_dict(), "policies": policies,
                        "comparisons": rows, "seconds": time.perf_counter() - t0,
                        "command": "python -m bench.rejudge " + " ".join(argv or sys.argv[1:]),
-                       "per_task": [r.to_row() for r in results]})
+                       "per_task": [r.to_row() for r in results]}, measures=MEASURES)
     return 0
 
 

@@ -27,14 +27,18 @@ from typing import Any
 
 from bench import write_result
 
+MEASURES = ["engine", "evals", "search_spaces", "rsi"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 RESULT_FILES = ("headline.json", "archive.json", "pareto.json", "pick.json", "evaluations.jsonl")
 CLOCK_KEYS = frozenset({"seconds", "frozen_at", "started", "finished", "timestamp", "wall_s", "start_time",
                         "end_time", "created"})
-"""Fields that say when or how long something ran: never the same twice, never a result."""
+"""Fields that say when or how long something ran: never the same twice, never a result (nor is a file's
+``provenance``: where and when it was made, ``rsi.provenance``)."""
 
 
 def _clock(key: str) -> bool:
-    return key in CLOCK_KEYS or key.endswith(("_seconds", "_at"))
+    return key in CLOCK_KEYS or key.endswith(("_seconds", "_at")) or key == "provenance"
 
 
 def _normalized(value: Any, skipped: set[str], where: str = "") -> Any:
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'SAME' if result['same'] else 'DIFFERENT'}: {args.first} vs {args.second} "
           f"({len(result['skipped_clock_fields'])} wall-clock fields skipped)")
     if args.out:
-        write_result(args.out, result)
+        write_result(args.out, result, measures=MEASURES)
     return 0 if result["same"] else 1
 
 

@@ -43,6 +43,9 @@ import httpx
 from bench import write_result
 from bench.server_load import _free_port, _percentile, _rss_peak_mib
 
+MEASURES = ["engine/server"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 log = logging.getLogger("bench.server_limits")
 ATTACKER_WAIT_S = 300.0
 """How long to wait for the attacker's first answer before timing the small requests."""
@@ -220,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     start, end = ("/".join(f"{x:.2f}" for x in result[k]) for k in ("load_average_start", "load_average_end"))
     print(f"load average (1/5/15 min) {start} at start, {end} at end, on {result['cpus']} CPUs "
           "(other jobs inflate every ratio)")
-    write_result(args.out, result)
+    write_result(args.out, result, measures=MEASURES)
     return 0
 
 

@@ -25,6 +25,9 @@ from typing import Any
 
 from bench import RESULTS, write_result
 
+MEASURES = ["engine", "evals/cache", "search_spaces", "rsi/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def _load(path: Path) -> dict[str, Any] | None:
     try:
@@ -123,7 +126,7 @@ def in_search(results: Path, model: str, run_dir: Path | None) -> tuple[dict[str
     fidelity = _load(run_dir / "fidelity.json")
     if fidelity is None or not (fidelity.get("speed") or {}).get("ratio"):
         return None, f"{run_dir / 'fidelity.json'} (no speed figure)"
-    write_result(kept, {"run": run_dir.resolve().name, "speed": fidelity["speed"]})
+    write_result(kept, {"run": run_dir.resolve().name, "speed": fidelity["speed"]}, measures=MEASURES)
     return _load(kept), _shown(kept)
 
 
@@ -169,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         met = "-" if r["goal"] == "(no goal)" else "yes" if r["met"] else "no"
         print(f"{r['measure']:{width}s}  {r['shown']:>10s}  {r['goal']:>9s}  {met}")
     write_result(Path(args.results) / "speed-summary.json",
-                 {"model": args.model, "machine": machines(Path(args.results), args.model), "rows": rows})
+                 {"model": args.model, "machine": machines(Path(args.results), args.model), "rows": rows},
+                 measures=MEASURES)
     goals = [r for r in rows if r["goal"] != "(no goal)"]
     print(f"{sum(r['met'] for r in goals)} of {len(goals)} goals met")
     return 0

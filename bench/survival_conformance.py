@@ -44,6 +44,9 @@ from evals.survival.replay import ReplayConfig, replay
 from evals.survival.sim import SimConfig, simulate
 from search_spaces.survival import SURVIVAL_FAMILIES
 
+MEASURES = ["engine/survival", "evals/survival"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 TIME_KEYS = ("jct_mean_s", "jct_p95_s", "resume_ttft_p50_s")
 GOAL = 0.20
 KEEP = (*METRIC_KEYS, *TOKEN_KEYS, "makespan_s", "hol_wait_mean_s", "first_ttft_p50_s", "actions", "overlap_tokens",
@@ -198,7 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "max_batch": args.max_batch, "replays": args.replays}
                 report["rows"] = [x for x in report["rows"]
                                   if (x["kind"], x["sessions"], x["family"]) != (kind, n, family)] + [cell]
-                write_result(out, report)  # after every cell: a long run killed keeps what it measured
+                write_result(out, report,
+                             measures=MEASURES)  # after every cell: a long run killed keeps what it measured
                 print(table([cell]).splitlines()[-1], flush=True)
     print(table(report["rows"]), flush=True)
     return 0

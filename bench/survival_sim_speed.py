@@ -26,6 +26,9 @@ from evals.survival.generate import generate_trace
 from evals.survival.sim import SimConfig, simulate
 from search_spaces.survival import SURVIVAL_FAMILIES
 
+MEASURES = ["evals/survival"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 RATE_PER_S, POOL, HOST, BATCH = 3.0, 150_000, 300_000, 64
 
 
@@ -74,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  args.seed)
     report["command"] = "python -m bench.survival_sim_speed " + " ".join(sys.argv[1:] if argv is None else argv)
     report["wall_s"] = round(time.perf_counter() - t0, 1)
-    write_result(args.out, report)
+    write_result(args.out, report, measures=MEASURES)
     walls = [r["wall_s"] for r in report["rows"]]
     print(f"{len(walls)} runs, {min(walls):.1f}-{max(walls):.1f} s each", flush=True)
     return 0

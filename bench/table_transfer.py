@@ -28,6 +28,9 @@ from evals.cache.table_bound import apply_table, choose_table
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 
+MEASURES = ["engine", "evals/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 def _row(name: str, tasks: list[Task], fulls: list[TaskResult], results: tuple[TaskResult, ...],
          fidelity: str, kept: list[str]) -> dict[str, Any]:
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['pass_rate']:6.3f} {r['required_lost']:>6d} of {r['required_probes']:<4d}")
     name = f"table-transfer-{args.suite}{'-' + args.model if args.model else ''}.json"
     write_result(RESULTS / name, {"suite": args.suite, "train_tasks": [t.id for t in train],
-                                  "heldout_offset": args.heldout_offset, "model": args.model, "rows": rows})
+                                  "heldout_offset": args.heldout_offset, "model": args.model, "rows": rows},
+                 measures=MEASURES)
 
 
 if __name__ == "__main__":

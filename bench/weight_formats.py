@@ -46,6 +46,9 @@ from evals.paired import pair_results, paired_bootstrap
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
 
+MEASURES = ["engine", "evals/cache"]
+"""What this result depends on: a change to one makes it stale (``bench.render_results``)."""
+
 
 class _Int8PerTensor:
     """torch's dynamic int8 linear: weights per output channel, activations per tensor."""
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"[{d['pass_delta_ci95'][0]:+.3f}, {d['pass_delta_ci95'][1]:+.3f}], cost "
                   f"{d['cost_delta_pct']:+.1f}% [{d['cost_delta_ci95'][0]:+.1f}, {d['cost_delta_ci95'][1]:+.1f}]")
     report["load_average_end"] = os.getloadavg()
-    write_result(args.out or RESULTS / f"weight-formats-{args.model.replace('/', '_')}.json", report)
+    write_result(args.out or RESULTS / f"weight-formats-{args.model.replace('/', '_')}.json", report, measures=MEASURES)
     return 0
 
 

@@ -204,7 +204,13 @@ def _search(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / f"{config.name}-{stamp}"
     t0 = time.perf_counter()
+    from rsi.provenance import SEARCH_MEASURES, capture, record_run
+
+    started = capture(measures=SEARCH_MEASURES, model=config.model.name, dtype=config.dtype,
+                      judge=f"{config.model.name} ({config.eval.scoring})",
+                      configs=[] if args.resume else [args.config])
     result = Search(config, run_dir).run()
+    record_run(run_dir, started)
     from rsi.cache.headline import run_headline
 
     print("headline (held-out, paired, 95% bootstrap intervals; headline.json):\n  "

@@ -67,7 +67,7 @@ class ProbeFormat:
 
 # The probe format each named model is judged with where none is given (``akv eval``, the oracle,
 # the calibration, a search's ``eval.lead_in`` left unset): chosen by its calibration
-# (docs/results.md, "Judged by a model that can do the task"); others get ``ProbeFormat()``.
+# (docs/notebook.md, "Judged by a model that can do the task"); others get ``ProbeFormat()``.
 MODEL_PROBE_FORMATS: dict[str, ProbeFormat] = {
     # the verbatim lead-in after a question turn: on one held-out task per family of horizon and mixed
     # (24 probes, bfloat16) the full cache passed 24 by log-likelihood and 23 by greedy answer with the

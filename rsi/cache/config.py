@@ -65,7 +65,9 @@ class DataConfig:
     held-out tasks an earlier run never saw). ``guide_tasks``: train-split tasks after the
     ``train_tasks`` that the proposer reads at zero forwards only (its hindsight and its screen,
     with the full cache assumed to pass every probe and a dropped evidence to fail it): more
-    evidence for choosing rules than the few tasks the model evaluates, none of it held out."""
+    evidence for choosing rules than the few tasks the model evaluates, none of it held out.
+    ``heldout_reused``: every run of this config judges the same held-out tasks (the quickstart's), so
+    its headline is a demonstration, not a blind result; the headline and the report say so."""
 
     suite: str = "default"
     train_tasks: int = 8
@@ -73,6 +75,7 @@ class DataConfig:
     max_task_tokens: int = 0
     heldout_offset: int = 0
     guide_tasks: int = 0
+    heldout_reused: bool = False
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,8 @@ class SearchConfig:
             (_count(self.data.heldout_offset, 0), "data.heldout_offset", self.data.heldout_offset,
              "an integer >= 0"),
             (_count(self.data.guide_tasks, 0), "data.guide_tasks", self.data.guide_tasks, "an integer >= 0"),
+            (isinstance(self.data.heldout_reused, bool), "data.heldout_reused", self.data.heldout_reused,
+             "true or false"),
             (self.optuna.trials >= 1, "optuna.trials", self.optuna.trials, ">= 1"),
             (self.proposer.per_generation >= 1, "proposer.per_generation", self.proposer.per_generation, ">= 1"),
             (isinstance(self.cascade.enabled, bool), "cascade.enabled", self.cascade.enabled, "true or false"),

@@ -314,8 +314,16 @@ def describe(row: HeadlineRow) -> str:
     return f"{row.policy} vs {row.versus}: {numbers}; {verdict(row)}."
 
 
-def headline_lines(rows: Sequence[HeadlineRow] | None, archive: Archive) -> list[str]:
-    """The report's headline: a verdict first, then each comparison in words."""
+DEMONSTRATION = ("A demonstration, not a blind result: every run of this config judges the same held-out tasks "
+                 "(data.heldout_reused), so they are not unseen; blind results pool runs judged on tasks no "
+                 "earlier run saw (akv pool, docs/results.md).")
+
+
+def headline_lines(rows: Sequence[HeadlineRow] | None, archive: Archive, *, heldout_reused: bool = False) -> list[str]:
+    """The report's headline: a verdict first, then each comparison in words; with ``heldout_reused``,
+    after the sentence saying it is a demonstration."""
+    if heldout_reused:
+        return [DEMONSTRATION, *headline_lines(rows, archive)]
     if rows is None:
         return ["No headline.json in this run (written by searches since paired comparisons were added)."]
     if not rows:
@@ -351,6 +359,8 @@ def headroom_line(headroom: dict[str, Any]) -> str:
 def run_headline(run_dir: str | Path) -> list[str]:
     """:func:`headline_lines` of a run directory, and its headroom line when it has one (what ``akv
     search`` and ``akv report`` print)."""
-    lines = headline_lines(read_headline(run_dir), Archive.load(Path(run_dir) / "archive.json"))
+    reused = RunDir(run_dir).cache_config.data.heldout_reused
+    lines = headline_lines(read_headline(run_dir), Archive.load(Path(run_dir) / "archive.json"),
+                           heldout_reused=reused)
     headroom = read_headroom(run_dir)
     return lines + ([headroom_line(headroom)] if headroom else [])

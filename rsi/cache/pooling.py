@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.errors import AKVError
 from evals.paired import PairedDelta, PairedTasks, PairingError, check_samples, pair_results, pooled_bootstrap
+from rsi import provenance
 from rsi.cache.headline import HeadlineRow, interval, read_headline, stored_results, verdict
 from rsi.rundir import RunDir, distinct_run_dirs, write_json
 
@@ -140,7 +141,8 @@ def write_pooled(path: str | Path, pooled: Sequence[PooledComparison], run_dirs:
     out = Path(path)
     write_json(out, {"runs": [str(r) for r in run_dirs], "samples": samples, "seed": seed,
                      "suites": sorted({_suite(Path(r)) for r in run_dirs}),
-                     "comparisons": [p.to_dict() for p in pooled]})
+                     "comparisons": [p.to_dict() for p in pooled],
+                     "provenance": provenance.pooled(run_dirs).as_dict()})
     return out
 
 

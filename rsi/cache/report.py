@@ -203,7 +203,7 @@ def write_report(run_dir: str | Path) -> list[Path]:
     hv = archive.hv_history
     cols = ["label", "expert", "generation", "proposer", "train pass", "train cost (c)", "held-out pass",
             "held-out cost (c)", "params"]
-    lines = headline_lines(read_headline(run), archive)
+    lines = headline_lines(read_headline(run), archive, heldout_reused=config.data.heldout_reused)
     headroom = read_headroom(run)
     if headroom:
         lines.append(headroom_line(headroom))

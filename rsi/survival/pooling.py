@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.errors import AKVError
 from evals.paired import PairingError
+from rsi import provenance
 from rsi.rundir import RunDir, distinct_run_dirs, read_json, write_json
 from rsi.survival.archive import RECOMPUTE, TTFT, PairedMetric, pooled_over_traces
 
@@ -118,5 +119,6 @@ def write_survival_pooled(path: str | Path, pooled: Sequence[dict[str, Any]], ru
     """The runs, the bootstrap settings and every pooled comparison, as JSON."""
     out = Path(path)
     write_json(out, {"track": "survival", "runs": [str(r) for r in run_dirs], "samples": samples, "seed": seed,
-                     "unit": "trace", "comparisons": list(pooled)})
+                     "unit": "trace", "comparisons": list(pooled),
+                     "provenance": provenance.pooled(run_dirs).as_dict()})
     return out

@@ -11,7 +11,7 @@ Two rules over tool responses, checked at every message ``t`` (the trigger) for 
 Either rule drops ``i`` at ``t``. Nothing else is ever dropped, and positions are never compacted.
 Every decision reads only messages up to its trigger, so the schedule is cumulative and stable.
 The searches' evolved programs and the hindsight rule table mostly drop read tool output above a
-length and stale re-reads (docs/results.md); this family is that idea in three parameters, so an
+length and stale re-reads (docs/notebook.md); this family is that idea in three parameters, so an
 evolved program has to beat the simplest rule an engineer would write from the same observation.
 """
 

@@ -1,0 +1,180 @@
+"""bench.render_results: every measured figure of README.md and docs/results.md equals its result file;
+provenance on every result file; stale marks from git history; claim words that follow intervals."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import RESULTS, write_result
+from bench.render_results import DOCUMENTS, ROOT, RenderError, blocks_in, differences, main, render
+from bench.result_blocks import BLOCKS, STATUS_BLOCKS, Results, ResultsError, difference_words, goal_words
+from bench.run_result import time_log
+from rsi.provenance import Provenance, stale
+
+BLOCK = re.compile(r"<!-- results:([a-z0-9-]+) -->\n.*?<!-- /results:\1 -->", re.S)
+
+
+@pytest.fixture(scope="module")
+def results() -> Results:
+    return Results(RESULTS)
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_the_committed_figures_are_what_the_result_files_say(document, results):
+    text = (ROOT / document).read_text(encoding="utf-8")
+    assert blocks_in(text, document), f"{document} has no rendered block"
+    found = differences(text, document, results)
+    assert not found, "\n".join(f"{d.block}:\n{d.diff}" for d in found) + "\nrun `make results`"
+
+
+def test_every_block_is_used_and_every_file_it_reads_exists(results):
+    used = {name for d in DOCUMENTS for name in blocks_in((ROOT / d).read_text(encoding="utf-8"), d)}
+    assert used == set(BLOCKS), f"blocks no document shows: {set(BLOCKS) - used}"
+    for block in BLOCKS.values():
+        for name in block.sources:
+            assert (RESULTS / name).is_file(), name
+
+
+def test_a_changed_figure_is_caught_and_named(results):
+    text = (ROOT / "docs/results.md").read_text(encoding="utf-8")
+    body = re.search(r"<!-- results:search-mixed -->\n(.*?)<!-- /results:search-mixed -->", text, re.S).group(1)
+    figure = re.search(r"-\d+\.\d%", body).group(0)
+    edited = text.replace(body, body.replace(figure, "-99.9%", 1))
+    found = differences(edited, "docs/results.md", results)
+    assert [d.block for d in found] == ["search-mixed"]
+    assert "-99.9%" in found[0].diff and figure in found[0].diff
+
+
+def test_status_blocks_are_not_compared(results):
+    text = "<!-- results:sources -->\nanything at all\n<!-- /results:sources -->\n"
+    assert "sources" in STATUS_BLOCKS
+    assert differences(text, "doc", results) == []
+
+
+def test_a_missing_result_file_is_named(tmp_path):
+    text = "x\n<!-- results:search-mixed -->\n<!-- /results:search-mixed -->\n"
+    with pytest.raises(ResultsError, match=r"ablation-mixed-arms\.json: missing"):
+        render(text, "doc", Results(tmp_path))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("<!-- results:speed -->\nno end\n", "unmatched markers"),
+    ("<!-- /results:speed -->\n", "unmatched markers"),
+    ("<!-- results:nope -->\n<!-- /results:nope -->\n", "no block is named 'nope'"),
+    ("<!-- results:speed -->\n<!-- /results:speed -->\n<!-- results:speed -->\n<!-- /results:speed -->\n",
+     "appears 2 times"),
+])
+def test_malformed_markers_are_refused_with_the_block_named(text, message):
+    with pytest.raises(RenderError, match=message):
+        blocks_in(text, "doc.md")
+
+
+def test_the_command_rewrites_a_stale_block_and_check_fails_before(tmp_path, capsys, monkeypatch):
+    doc = tmp_path / "doc.md"
+    doc.write_text("# t\n<!-- results:speed -->\nold figures\n<!-- /results:speed -->\n", encoding="utf-8")
+    monkeypatch.setattr("bench.render_results.ROOT", tmp_path)
+    assert main(["--check", "doc.md"]) == 1
+    assert "the block 'speed' differs" in capsys.readouterr().out
+    assert main(["doc.md"]) == 0
+    assert main(["--check", "doc.md"]) == 0
+    assert "old figures" not in doc.read_text()
+    assert main(["--check", "missing.md"]) == 2
+
+
+# --- the words of a claim follow its interval (closed-form cases) ---------------------------------------
+
+@pytest.mark.parametrize(("cost", "cost_ci", "pass_ci", "words"), [
+    (-31.2, (-36.7, -25.8), (0.0, 0.1), "**met**"),
+    (-12.7, (-21.0, -1.5), (0.0, 0.367), "at the point estimate (the cost interval reaches -1.5%): not met"),
+    (-40.0, (-45.0, -35.0), (-0.2, 0.1), "at the point estimate (the pass interval reaches -0.200): not met"),
+    (-3.0, (-13.6, 9.8), (-0.167, 0.0), "**not met**"),
+    (-10.0, (-12.0, -10.0), (-0.05, 0.0), "**met**"),  # both edges exactly on the goal and the margin
+])
+def test_a_goal_is_met_only_when_its_interval_clears_it(cost, cost_ci, pass_ci, words):
+    assert goal_words(cost, cost_ci, -10.0, pass_ci) == words
+
+
+@pytest.mark.parametrize(("ci", "words"), [((-5.0, -0.1), "cheaper"), ((0.1, 3.0), "more expensive"),
+                                            ((-5.0, 0.0), "no difference shown (interval includes 0)")])
+def test_difference_words(ci, words):
+    assert difference_words(ci) == words
+
+
+def test_results_page_types_no_measured_number_outside_its_blocks():
+    """Outside the rendered blocks, docs/results.md holds only definitions (95% intervals, the -10% goal,
+    the -0.05 margin), never a measured figure."""
+    text = BLOCK.sub("", (ROOT / "docs/results.md").read_text(encoding="utf-8"))
+    figures = re.findall(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:%|x\b)|(?<![\w.])[-+]?\d+\.\d+(?!\w|\.\d)", text)
+    assert set(figures) <= {"-0.05", "10%", "95%"}, figures
+
+
+# --- provenance -----------------------------------------------------------------------------------------
+
+def test_every_result_file_carries_its_provenance():
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        prov = Provenance.from_dict(data["provenance"])
+        assert prov.commit or prov.recorded_in, f"{path.name}: neither the commit it ran at nor the one storing it"
+        for field in ("command", "commit", "model", "dtype", "judge", "date", "load_average_start"):
+            if getattr(prov, field) is None:
+                assert field in prov.unknown, f"{path.name}: {field} is neither given nor listed as unknown"
+        for module in prov.measures:
+            assert (ROOT / module).exists(), f"{path.name}: measures {module}, which is not in the repository"
+
+
+def test_write_result_records_the_command_commit_and_modules(tmp_path):
+    out = write_result(tmp_path / "r.json", {"model": "tiny-random", "rows": []}, measures=["engine"])
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["model"] == "tiny-random" and prov["measures"][0] == "engine"
+    assert prov["date"] and len(prov["load_average_start"]) == 3 and prov["command"]
+    with pytest.raises(ValueError, match="measures is empty"):
+        write_result(tmp_path / "s.json", {}, measures=[])
+    with pytest.raises(ValueError, match="JSON object"):
+        write_result(tmp_path / "t.json", [1, 2], measures=["engine"])
+    with pytest.raises(ValueError, match="not a path inside"):
+        write_result(tmp_path / "u.json", {}, measures=["../elsewhere"])
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_result_is_stale_after_a_change_to_a_module_it_measures_and_cleared_by_a_later_rerun(tmp_path):
+    _git(tmp_path, "init", "-q")
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "a.py").write_text("x = 1\n")
+    (tmp_path / "docs.md").write_text("a\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "one")
+    made = _git(tmp_path, "rev-parse", "HEAD")
+    prov = Provenance(command="python -m bench.x", commit=made, dirty=False, configs={}, model=None, dtype=None,
+                      judge=None, load_average_start=None, date=None, measures=("engine",))
+    assert stale(prov, root=tmp_path).stale is False
+    (tmp_path / "docs.md").write_text("b\n")
+    _git(tmp_path, "commit", "-qam", "docs only")
+    assert stale(prov, root=tmp_path).stale is False
+    (tmp_path / "engine" / "a.py").write_text("x = 2\n")
+    _git(tmp_path, "commit", "-qam", "code")
+    state = stale(prov, root=tmp_path)
+    assert state.stale and len(state.changes) == 1 and state.known
+    assert stale(prov, cleared_at=_git(tmp_path, "rev-parse", "HEAD"), root=tmp_path).stale is False
+    unknown = Provenance(**{**prov.__dict__, "commit": None})
+    assert stale(unknown, root=tmp_path).known is False
+
+
+def test_the_time_log_gives_wall_time_and_peak_memory(tmp_path):
+    log = tmp_path / "time.log"
+    log.write_text("\tElapsed (wall clock) time (h:mm:ss or m:ss): 7:20.41\n"
+                   "\tMaximum resident set size (kbytes): 7226112\n")
+    got = time_log(log)
+    assert got["wall_s"] == pytest.approx(440.41) and got["wall"] == "7 min 20 s"
+    assert got["peak_rss_gb"] == pytest.approx(7226112 * 1024 / 1e9)
+    log.write_text("nothing here\n")
+    with pytest.raises(SystemExit, match="not a GNU time -v log"):
+        time_log(log)
