@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
@@ -25,6 +24,7 @@ from engine.models.lean import LeanModel
 from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather, view_kv
 from engine.results import ChatResult, EngineStats, Generation, Prepared, Timings
 from engine.rope import rotate_keys
+from engine.sampling import SamplingParams
 from engine.toolcalls import forced_opening, message_tools
 
 if TYPE_CHECKING:
@@ -100,53 +100,6 @@ class DecodeCache:
         assert 0 <= start <= end <= self.n - self.start
         return (self.k[:, :, self.start + start:self.start + end].clone(),
                 self.v[:, :, self.start + start:self.start + end].clone())
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
-
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-    min_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        from engine.errors import AKVError
-
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
-            raise AKVError(f"max_tokens must be a positive integer, got {self.max_tokens!r}",
-                           field="max_tokens", value=self.max_tokens)
-        if not (0.0 <= float(self.temperature) <= 100.0):
-            raise AKVError(f"temperature must be in [0, 100], got {self.temperature!r}",
-                           field="temperature", value=self.temperature)
-        if not (0.0 < float(self.top_p) <= 1.0):
-            raise AKVError(f"top_p must be in (0, 1], got {self.top_p!r}", field="top_p", value=self.top_p)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not -(2**63) <= self.seed < 2**63):
-            raise AKVError(f"seed must be an integer that fits 64 signed bits, got {self.seed!r}",
-                           field="seed", value=self.seed)
-        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) \
-                or not 0 <= self.min_tokens <= self.max_tokens:
-            raise AKVError(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), "
-                           f"got {self.min_tokens!r}", field="min_tokens", value=self.min_tokens)
-        if not isinstance(self.ignore_eos, bool):
-            raise AKVError(f"ignore_eos must be true or false, got {self.ignore_eos!r}",
-                           field="ignore_eos", value=self.ignore_eos)
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any], stop: Sequence[str] = ()) -> SamplingParams:
-        """The sampling part of chat options (``engine.interface.ChatOptions``): missing keys take
-        the defaults above; ``stop`` (a template's own stop strings) is appended to the caller's."""
-        from engine.interface import check_chat_options
-
-        check_chat_options(options)
-        names = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos", "min_tokens")
-        picked = {k: options[k] for k in names if k in options}
-        return cls(**picked, stop=tuple(options.get("stop") or ()) + tuple(stop))
 
 
 class Sampler:
