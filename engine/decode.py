@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,15 +22,13 @@ from engine.cache.kvstore import TensorKV
 from engine.cache.plan import plan_request, release
 from engine.models.lean import LeanModel
 from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather, view_kv
-from engine.results import ChatResult, EngineStats, Generation, Prepared, Timings
+from engine.request import Request, RequestState
+from engine.results import ChatResult, EngineStats, Generation, Timings
 from engine.rope import rotate_keys
-from engine.toolcalls import forced_opening, message_tools
+from engine.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from engine.cache.radix import Node, RadixTree
-    from engine.history import History
-    from engine.interface import ChatOptions
-    from engine.schedule import Schedule
     from engine.template import ChatTemplate
 
 
@@ -100,53 +97,6 @@ class DecodeCache:
         assert 0 <= start <= end <= self.n - self.start
         return (self.k[:, :, self.start + start:self.start + end].clone(),
                 self.v[:, :, self.start + start:self.start + end].clone())
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` is greedy; ``seed`` makes sampling repeatable."""
-
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False
-    min_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        from engine.errors import AKVError
-
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens <= 0:
-            raise AKVError(f"max_tokens must be a positive integer, got {self.max_tokens!r}",
-                           field="max_tokens", value=self.max_tokens)
-        if not (0.0 <= float(self.temperature) <= 100.0):
-            raise AKVError(f"temperature must be in [0, 100], got {self.temperature!r}",
-                           field="temperature", value=self.temperature)
-        if not (0.0 < float(self.top_p) <= 1.0):
-            raise AKVError(f"top_p must be in (0, 1], got {self.top_p!r}", field="top_p", value=self.top_p)
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not -(2**63) <= self.seed < 2**63):
-            raise AKVError(f"seed must be an integer that fits 64 signed bits, got {self.seed!r}",
-                           field="seed", value=self.seed)
-        if isinstance(self.min_tokens, bool) or not isinstance(self.min_tokens, int) \
-                or not 0 <= self.min_tokens <= self.max_tokens:
-            raise AKVError(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), "
-                           f"got {self.min_tokens!r}", field="min_tokens", value=self.min_tokens)
-        if not isinstance(self.ignore_eos, bool):
-            raise AKVError(f"ignore_eos must be true or false, got {self.ignore_eos!r}",
-                           field="ignore_eos", value=self.ignore_eos)
-
-    @classmethod
-    def of(cls, options: Mapping[str, Any], stop: Sequence[str] = ()) -> SamplingParams:
-        """The sampling part of chat options (``engine.interface.ChatOptions``): missing keys take
-        the defaults above; ``stop`` (a template's own stop strings) is appended to the caller's."""
-        from engine.interface import check_chat_options
-
-        check_chat_options(options)
-        names = ("max_tokens", "temperature", "top_p", "seed", "ignore_eos", "min_tokens")
-        picked = {k: options[k] for k in names if k in options}
-        return cls(**picked, stop=tuple(options.get("stop") or ()) + tuple(stop))
 
 
 class Sampler:
@@ -224,7 +174,10 @@ def stop_token_ids(tokenizer: Any, template: ChatTemplate) -> tuple[set[int], li
 class Decoder:
     """Runs chat generations: the prompt's prefill into a :class:`DecodeCache`, then token by token
     (the generations in flight share one forward pass a step) until a stop, then the generated KV
-    into the tree. :meth:`engine.engine.Engine.start`, ``step`` and ``finish`` are these.
+    into the tree. :meth:`engine.engine.Engine.start_request`, ``step`` and ``finish`` are these.
+
+    The decoder takes prepared requests only (:meth:`engine.engine.Engine.prepare_request`
+    tokenized them and checked the window): it neither tokenizes nor checks lengths.
 
     Args:
         model: the decoder.
@@ -232,37 +185,28 @@ class Decoder:
         tokenizer: decodes the generated tokens (stop strings, streaming, the reply's text).
         stop_ids: token ids that end a reply (unless ``ignore_eos``).
         end_of_turn_ids: the ids that ``min_tokens`` masks (:func:`stop_token_ids`).
-        stop_strings: the template's stop strings, appended to each request's own.
         bytes_per_token: KV bytes of one token (the tree's budget).
         stats: the engine's counters; each finished generation is added.
-        prepare: :meth:`engine.engine.Engine.prepare` (tokenize and replay a request).
-        check_length: ``(history, extra)``: refuse a history that cannot grow by ``extra`` tokens.
     """
 
     def __init__(self, model: LeanModel, tree: Callable[[], RadixTree], tokenizer: Any, stop_ids: set[int],
-                 end_of_turn_ids: list[int], stop_strings: Sequence[str], bytes_per_token: int, stats: EngineStats,
-                 prepare: Callable[..., Prepared], check_length: Callable[[History, int], None]):
+                 end_of_turn_ids: list[int], bytes_per_token: int, stats: EngineStats):
         self.model = model
         self.tree = tree
         self.tokenizer = tokenizer
         self.stop_ids = stop_ids
         self.end_of_turn_ids = end_of_turn_ids
-        self.stop_strings = tuple(stop_strings)
         self.bytes_per_token = bytes_per_token
         self.stats = stats
-        self.prepare = prepare
-        self.check_length = check_length
 
-    def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
-              prepared: Prepared | None = None, **options: Unpack[ChatOptions]) -> Generation:
-        """:meth:`engine.engine.Engine.start`: prefill the prompt; an in-flight :class:`Generation`.
-        On an error the request's locks are released before it propagates."""
-        params = SamplingParams.of(options, self.stop_strings)
-        opening = forced_opening(options.get("tool_choice"), message_tools(messages))
-        prefix, salt = options.get("prefix", "") + opening, options.get("salt")
-        p = prepared if prepared is not None else self.prepare(messages, schedule, prefix=prefix, salt=salt)
-        items, history = p.items, p.history
-        self.check_length(history, params.max_tokens)
+    def start(self, request: Request, on_text: Callable[[str], None] | None = None,
+              cancelled: Callable[[], bool] | None = None) -> Generation:
+        """:meth:`engine.engine.Engine.start_request`: prefill a ``PREPARED`` request's prompt; an
+        in-flight :class:`Generation` (the request is ``RUNNING``). On an error the request's locks
+        are released before it propagates."""
+        assert request.prepared is not None and request.state is RequestState.PREPARED, \
+            f"the decoder starts prepared requests, got a {request.state.value} one"
+        items, history = request.prepared.items, request.prepared.history
         t0 = time.perf_counter()
         tree, model = self.tree(), self.model
         plan = plan_request(tree, items, history)
@@ -281,24 +225,23 @@ class Decoder:
             end = commit_prefill(tree, plan, items, pre, last_hidden, self.bytes_per_token, model.device)
             keys, values = view_kv(model, pre, history.alive, gather)
             cache = DecodeCache(model, keys, values, history.compute_pos[history.alive], history.alive_pos,
-                                capacity=len(history.alive) + params.max_tokens)
+                                capacity=len(history.alive) + request.sampling.max_tokens)
         except BaseException:
             release(tree, end if end is not None else (plan.match.last or tree.root))
             raise
-        on_text = options.get("on_text")
-        if opening and on_text is not None:
-            on_text(opening)
-        return Generation(items=items, usage=plan.usage, end=end, cache=cache, params=params,
-                          sampler=Sampler(params), hidden=hidden, next_pos=history.next_pos,
-                          on_text=on_text, cancelled=options.get("cancelled"),
-                          t_start=t0, t_decode=time.perf_counter(), opening=opening)
+        request.advance(RequestState.RUNNING)
+        if request.opening and on_text is not None:
+            on_text(request.opening)
+        return Generation(request=request, usage=plan.usage, end=end, cache=cache, sampler=Sampler(request.sampling),
+                          hidden=hidden, next_pos=history.next_pos, on_text=on_text, cancelled=cancelled,
+                          t_start=t0, t_decode=time.perf_counter())
 
     def step(self, generations: Sequence[Generation]) -> None:
         """Advance every unfinished generation by one token, with one forward pass for all."""
         live = [g for g in generations if not g.done]
         if not live:
             return
-        masked = [len(g.tokens) < g.params.min_tokens for g in live]
+        masked = [len(g.tokens) < g.request.sampling.min_tokens for g in live]
         greedy = [g for g, m in zip(live, masked) if g.sampler.greedy and not m]
         if greedy:
             picks = self.model.greedy_batch(torch.stack([g.hidden for g in greedy]))
@@ -321,18 +264,18 @@ class Decoder:
 
     def _after_token(self, g: Generation) -> bool:
         """Handle the token just appended to ``g``: stop checks and streaming. Returns done."""
-        tok = g.tokens[-1]
-        if tok in self.stop_ids and not g.params.ignore_eos:
+        tok, params = g.tokens[-1], g.request.sampling
+        if tok in self.stop_ids and not params.ignore_eos:
             g.reason = "stop"
         else:
             text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
-            cut = find_stop(text, g.params.stop)
+            cut = find_stop(text, params.stop)
             if cut is not None:
                 text, g.reason = text[:cut], "stop"
             if g.on_text is not None and len(text) > len(g.emitted) and not text.endswith("\ufffd"):
                 g.on_text(text[len(g.emitted):])
                 g.emitted = text
-        if g.reason is None and len(g.tokens) >= g.params.max_tokens:
+        if g.reason is None and len(g.tokens) >= params.max_tokens:
             g.reason = "length"
         if g.reason is None and g.cancelled is not None and g.cancelled():
             g.reason = "cancelled"
@@ -351,15 +294,16 @@ class Decoder:
                               self.bytes_per_token)
         finally:
             release(tree, g.end)
+            g.request.advance(RequestState.FINISHED)
         text = self.tokenizer.decode(g.tokens, skip_special_tokens=True)
-        cut = find_stop(text, g.params.stop)
+        cut = find_stop(text, g.request.sampling.stop)
         text = text if cut is None else text[:cut]
         if g.on_text is not None and len(text) > len(g.emitted):
             g.on_text(text[len(g.emitted):])
         usage = g.usage.with_completion(len(g.tokens))
         timings = Timings(g.t_decode - g.t_start, t_end - g.t_decode)
         self.stats.add(usage, timings)
-        return ChatResult(g.opening + text, list(g.tokens), usage, g.reason or "cancelled", timings)
+        return ChatResult(g.request.opening + text, list(g.tokens), usage, g.reason or "cancelled", timings)
 
     def _generated_payload(self, cache: DecodeCache, start: int, end: int) -> TensorKV:
         keys, values = cache.appended(start, end)

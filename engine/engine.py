@@ -12,7 +12,7 @@ The engine is single-threaded: the HTTP server runs it on one worker thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
@@ -26,13 +26,14 @@ from engine.cache.plan import TokenUsage, plan_request, release
 from engine.cache.radix import Node, RadixTree
 from engine.decode import Decoder, stop_token_ids
 from engine.errors import AKVError
-from engine.history import History, Item, replay, salted
+from engine.history import Item, replay, salted
 from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.catalog import default_template
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
 from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather
+from engine.request import Request, RequestState
 from engine.results import ChatResult, EngineStats, Generation, Prepared, ScoreResult, Timings
 from engine.schedule import Schedule, parse_schedule
 from engine.scoring import score_passes
@@ -72,8 +73,7 @@ class Engine:
         stop_ids, end_of_turn_ids = stop_token_ids(tokenizer, self.renderer.template)
         # runs start/step/finish; reads the tree when it needs it (scratch_cache and clear_cache replace it)
         self.decoder = Decoder(model, lambda: self.tree, tokenizer, stop_ids, end_of_turn_ids,
-                               self.renderer.template.stop, self.geometry.bytes_per_token, self.stats,
-                               prepare=self.prepare, check_length=self._check_length)
+                               self.geometry.bytes_per_token, self.stats)
 
     @classmethod
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
@@ -190,7 +190,7 @@ class Engine:
         """Bring the history of ``messages`` + ``schedule`` into the tree without generating."""
         items = salted(self.layout(messages, schedule).items, salt)
         history = replay(items)
-        self._check_length(history, 0)
+        self.window.check_history(history, 0)
         plan = plan_request(self.tree, items, history)
         end: Node | None = None
         try:
@@ -263,17 +263,52 @@ class Engine:
                            field="candidates", value=candidates)
         sched = parse_schedule(schedule)
         if isinstance(messages, list):
-            self.check_fits(len(messages), sched, extra_tokens)
+            self.window.check_fits(len(messages), sched, extra_tokens)
+        return self._tokenize(messages, sched, prefix, candidates or (), salt, extra_tokens)
+
+    def request(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None,
+                **options: Unpack[ChatOptions]) -> Request:
+        """The chat request of these arguments (:meth:`engine.request.Request.of`, with this engine's
+        template stop strings): sampling built, ``tool_choice`` and schedule checked; not yet
+        tokenized. ``on_text`` and ``cancelled`` are given to :meth:`start_request` instead.
+
+        Raises:
+            TypeError: an unknown option. AKVError subclasses: bad sampling values, ``tool_choice``
+                or schedule.
+        """
+        return Request.of(messages, schedule, options, self.renderer.template.stop)
+
+    def prepare_request(self, request: Request) -> Request:
+        """Tokenize and replay ``request`` (``NEW`` or ``SCREENED``) and check, once, that its prompt
+        plus ``max_tokens`` fits the context window; it is ``PREPARED`` after. Touches neither the
+        tree nor the model: safe on any thread (the server calls it on a pool thread).
+
+        Raises:
+            MessageError, ScheduleError: a malformed request.
+            ContextLengthError: the prompt plus ``max_tokens`` does not fit the context window.
+        """
+        if request.state is RequestState.NEW and isinstance(request.messages, list):  # screened: already checked
+            self.window.check_fits(len(request.messages), request.schedule, request.sampling.max_tokens)
+        prepared = self._tokenize(request.messages, request.schedule, request.reply_prefix, (), request.salt,
+                                  request.sampling.max_tokens)
+        request.advance(RequestState.PREPARED, prepared)
+        return request
+
+    def _tokenize(self, messages: Sequence[Any], sched: Schedule, prefix: str, candidates: Sequence[str],
+                  salt: str | None, extra_tokens: int) -> Prepared:
+        """Render, replay and check the window exactly (once: by the token count before the replay
+        when there are no repositions, then it equals the reach; by the replayed reach otherwise)."""
         layout = self.layout(messages, sched)
         prefix_ids = self.renderer.encode_text(prefix)
-        conts = tuple(self._continuation(prefix, prefix_ids, c) for c in candidates or ())
+        conts = tuple(self._continuation(prefix, prefix_ids, c) for c in candidates)
         extra = max([extra_tokens, *map(len, conts)])
         if not sched.repositions:  # positions are token counts: refuse before the replay
-            self._check_reach(len(layout.rendered.token_ids) + len(prefix_ids), extra)
+            self.window.check_reach(len(layout.rendered.token_ids) + len(prefix_ids), extra)
         items: list[Item] = salted([*layout.items, *prefix_ids], salt)
         history = replay(items)
-        self._check_length(history, extra)
-        return Prepared(layout, items, history, tuple(candidates or ()), conts)
+        if sched.repositions:
+            self.window.check_history(history, extra)
+        return Prepared(layout, items, history, tuple(candidates), conts)
 
     def score(
         self,
@@ -302,8 +337,7 @@ class Engine:
         if not p.continuations:
             raise AKVError("candidates must be a non-empty list of non-empty strings",
                            field="candidates", value=list(p.candidates))
-        items, history, conts = p.items, p.history, p.continuations
-        self._check_length(history, max(len(c) for c in conts))
+        items, history, conts = p.items, p.history, p.continuations  # prepare checked the window
         t0 = time.perf_counter()
         plan = plan_request(self.tree, items, history)
         end: Node | None = None
@@ -336,12 +370,6 @@ class Engine:
             return whole[len(prefix_ids):]
         return self.renderer.encode_text(candidate)
 
-    def _check_length(self, history: History, extra: int) -> None:
-        self._check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)
-
-    def _check_reach(self, reach: int, extra: int, *, at_least: bool = False) -> None:
-        self.window.check_reach(reach, extra, at_least=at_least)
-
     def check_fits(self, n_messages: int, schedule: Schedule, extra_tokens: int = 0) -> None:
         """:meth:`engine.window.ContextWindow.check_fits`: a request too long by its message count."""
         self.window.check_fits(n_messages, schedule, extra_tokens)
@@ -353,17 +381,25 @@ class Engine:
         :meth:`prepare` does not (trusted callers tokenize anyway)."""
         self.window.check_prompt_fits(messages, schedule, prefix, extra_tokens)
 
-    def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None, *,
-              prepared: Prepared | None = None, **options: Unpack[ChatOptions]) -> Generation:
+    def start(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None,
+              **options: Unpack[ChatOptions]) -> Generation:
         """Process the prompt (prefill) and return an in-flight :class:`Generation`.
 
         Drive it with :meth:`step` (several generations may step together, sharing one forward
         pass) until ``done``, then call :meth:`finish`, which must always be called: it stores
-        the generated KV and releases the request's locks. Arguments are those of :meth:`chat`;
-        ``prepared`` (from :meth:`prepare`) replaces ``messages``, ``schedule``, ``prefix`` and ``salt``;
-        its prefix must then end with ``tool_choice``'s opening (``engine.toolcalls.forced_opening``).
+        the generated KV and releases the request's locks. Arguments are those of :meth:`chat`:
+        the request is built (:meth:`request`), prepared (:meth:`prepare_request`) and started
+        (:meth:`start_request`).
         """
-        return self.decoder.start(messages, schedule, prepared=prepared, **options)
+        request = self.prepare_request(self.request(messages, schedule, **options))
+        return self.start_request(request, options.get("on_text"), options.get("cancelled"))
+
+    def start_request(self, request: Request, on_text: Callable[[str], None] | None = None,
+                      cancelled: Callable[[], bool] | None = None) -> Generation:
+        """:meth:`start` for a request already ``PREPARED`` (:meth:`prepare_request`, perhaps on
+        another thread): its prefill runs now. ``on_text`` and ``cancelled`` as in
+        :class:`engine.interface.ChatOptions`."""
+        return self.decoder.start(request, on_text, cancelled)
 
     def step(self, generations: Sequence[Generation]) -> None:
         """Advance every unfinished generation by one token, with one forward pass for all."""

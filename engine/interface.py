@@ -25,7 +25,7 @@ class ChatOptions(TypedDict, total=False):
 
     Keys:
         max_tokens, temperature, top_p, seed, stop: sampling (temperature 0, the default, is greedy);
-            defaults and checks are those of :class:`engine.decode.SamplingParams`.
+            defaults and checks are those of :class:`engine.sampling.SamplingParams`.
         ignore_eos: keep generating past the model's end-of-sequence tokens (as vLLM's and SGLang's
             option of that name): a benchmark or trace replay that must produce ``max_tokens``.
         min_tokens: the first ``min_tokens`` tokens of the reply cannot end it (vLLM's option of that

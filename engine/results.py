@@ -3,7 +3,8 @@
 - :class:`ChatResult` (:meth:`engine.engine.Engine.chat` / ``finish``) with its :class:`Timings`;
 - :class:`ScoreResult` (``score`` / ``score_many``: candidates' log-likelihoods);
 - :class:`Prepared` (``prepare``: a request tokenized and replayed ahead of the engine thread);
-- :class:`Generation` (``start``: a chat request in flight, which ``step`` advances);
+- :class:`Generation` (``start``: a chat request in flight, which ``step`` advances; the request
+  itself is :class:`engine.request.Request`);
 - :class:`EngineStats` (counters since start, for /metrics).
 
 They hold data only (no model, no tree), so that the remote engine, the server and the evaluators
@@ -24,9 +25,10 @@ if TYPE_CHECKING:
 
     from engine.cache.plan import TokenUsage
     from engine.cache.radix import Node
-    from engine.decode import DecodeCache, Sampler, SamplingParams
+    from engine.decode import DecodeCache, Sampler
     from engine.history import History, Item
     from engine.layout import Layout
+    from engine.request import Request
 
 
 @dataclass(frozen=True)
@@ -113,14 +115,14 @@ class Prepared:
 class Generation:
     """An in-flight chat request between :meth:`engine.engine.Engine.start` and :meth:`engine.engine.Engine.finish`.
 
+    ``request`` is the request itself (its sampling options, opening and prepared history);
     ``hidden`` is the last-layer state after the newest token; ``tokens`` the generated ids.
     """
 
-    items: list[Item]
+    request: Request
     usage: TokenUsage
     end: Node
     cache: DecodeCache
-    params: SamplingParams
     sampler: Sampler
     hidden: torch.Tensor
     next_pos: int
@@ -128,12 +130,16 @@ class Generation:
     cancelled: Callable[[], bool] | None
     t_start: float
     t_decode: float
-    opening: str = ""
     tokens: list[int] = field(default_factory=list)
     emitted: str = ""
     reason: str | None = None
     done: bool = False
     finished: bool = False
+
+    @property
+    def items(self) -> list[Item]:
+        """The prompt's event history (``request.items``)."""
+        return self.request.items
 
 
 @dataclass

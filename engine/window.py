@@ -1,5 +1,6 @@
-"""The context window's refusals that need no tokenizing: a request that cannot fit, told by its
-message count or its text's length (``engine.tokenbound``).
+"""The context window's refusals: those that need no tokenizing (a request that cannot fit, told
+by its message count or its text's length: ``engine.tokenbound``) and the exact one over a
+replayed history.
 
 :class:`ContextWindow` holds only the window and a renderer, so that the server can make the same
 decisions outside the engine (on a pool thread, or in its intake process: ``engine.server.intake``).
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ContextLengthError
+from engine.history import History
 from engine.layout import Renderer
+from engine.request import Request, RequestState
 from engine.schedule import Schedule
 
 
@@ -31,6 +34,11 @@ class ContextWindow:
             raise ContextLengthError(
                 f"the prompt reaches {how} {reach} and asks for {extra} more tokens, beyond the "
                 f"context window of {self.max_context}", field="messages", value=reach + extra)
+
+    def check_history(self, history: History, extra: int) -> None:
+        """Refuse ``history`` (a replayed request) when it cannot grow by ``extra`` positions: the
+        exact check, by the furthest position it reaches."""
+        self.check_reach(int(max(history.compute_pos.max(initial=-1) + 1, history.next_pos)), extra)
 
     def check_fits(self, n_messages: int, schedule: Schedule, extra_tokens: int = 0) -> None:
         """Refuse, before any tokenizing, a request that cannot fit the context window.
@@ -61,3 +69,17 @@ class ContextWindow:
         floor = self.renderer.min_tokens(messages, prefix)
         if floor is not None and not schedule.repositions:
             self.check_reach(floor, extra_tokens, at_least=True)
+
+    def screen(self, request: Request) -> None:
+        """The refusals of a ``NEW`` request that need no tokenizing, cheapest first
+        (:meth:`check_fits`, then :meth:`check_prompt_fits`, the reply's ``max_tokens`` added);
+        the request is ``SCREENED`` after.
+
+        Raises:
+            MessageError: a malformed message.
+            ContextLengthError: a bound beyond the window.
+        """
+        extra = request.sampling.max_tokens
+        self.check_fits(len(request.messages), request.schedule, extra)  # 100k messages: 413 before touching them
+        self.check_prompt_fits(request.messages, request.schedule, request.reply_prefix, extra)  # a 3 MB prompt
+        request.advance(RequestState.SCREENED)

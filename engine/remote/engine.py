@@ -43,7 +43,6 @@ import torch
 
 from engine.cache.accounting import Accountant
 from engine.cache.plan import TokenUsage
-from engine.decode import SamplingParams
 from engine.engine import GiB
 from engine.errors import AKVError, ModelLoadError, RemoteError, ScoringUnsupportedError
 from engine.interface import ChatOptions
@@ -51,6 +50,7 @@ from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import KVGeometry
 from engine.remote.wire import WireClient, parse_usage
 from engine.results import ChatResult, EngineStats, ScoreResult, Timings
+from engine.sampling import SamplingParams
 from engine.schedule import Schedule
 from engine.template import render_tool_calls
 from engine.toolcalls import forced_opening, message_tools

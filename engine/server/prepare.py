@@ -1,82 +1,99 @@
-"""Request preparation off the engine thread: validation, tokenization and length checks.
+"""Request preparation off the engine thread: the request object, validation, tokenization and
+length checks.
 
 The engine runs on one worker thread (``engine.server.scheduler``); everything a request needs
-that does not touch the radix tree or the model (normalizing messages, parsing the schedule,
-checking the session, tokenizing, replaying the event history, the context-length and score
-limits, cheapest first: a prompt too long by its message count or its length in bytes is refused
-before tokenizing) runs here instead, on a pool thread (``asyncio.to_thread``), so that a huge or hopeless
-request is refused without stalling other clients. The engine thread gets an
-:class:`engine.results.Prepared` and starts at the tree.
+that does not touch the radix tree or the model (normalizing messages, building its sampling
+options, parsing the schedule, checking the session, tokenizing, replaying the event history, the
+context-length and score limits, cheapest first: a prompt too long by its message count or its
+length in bytes is refused before tokenizing) runs here instead, on a pool thread
+(``asyncio.to_thread``), so that a huge or hopeless request is refused without stalling other
+clients. A chat's :class:`engine.request.Request` is made here, once, from the validated body, and
+reaches the engine thread ``PREPARED``; a score request reaches it as an
+:class:`engine.results.Prepared`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from engine.decode import SamplingParams
 from engine.engine import Engine
 from engine.errors import MessageError
+from engine.request import Request
 from engine.results import Prepared
+from engine.sampling import SamplingParams
 from engine.schedule import Schedule, parse_schedule
 from engine.server.limits import ServerLimits
 from engine.server.schemas import ChatRequest, ScoreRequest
 from engine.server.sessions import Sessions
+from engine.template import attach_tools
+from engine.toolcalls import forced_opening
 from engine.window import ContextWindow
 
 
-@dataclass(frozen=True)
-class PreparedChat:
-    """A chat request ready for the engine thread.
-
-    Attributes:
-        schedule: the parsed cumulative schedule (the session is updated with it on success).
-        prepared: the tokenized, replayed history (``Engine.start(prepared=...)``).
-    """
-
-    schedule: Schedule
-    prepared: Prepared
-
-
-def _schedule(window: ContextWindow, messages: list, body: dict, prefix: str, extra_tokens: int) -> Schedule:
-    """Parse the schedule, refuse what cannot fit the window (cheap checks first), check messages."""
+def _schedule(messages: list, body: dict) -> Schedule:
+    """Check that there are messages and parse the schedule against their number."""
     if not messages:
         raise MessageError("messages: must be a non-empty list", field="messages", value=[])
-    schedule = parse_schedule(body, n_messages=len(messages))
-    window.check_fits(len(messages), schedule, extra_tokens)  # 100k messages: 413 before touching them
-    window.check_prompt_fits(messages, schedule, prefix, extra_tokens)  # a 3 MB prompt: 413 before tokenizing
-    return schedule
+    return parse_schedule(body, n_messages=len(messages))
 
 
-def check_early(window: ContextWindow, req: ChatRequest | ScoreRequest, limits: ServerLimits) -> Schedule:
+def chat_request(req: ChatRequest, window: ContextWindow, salt: str | None = None) -> Request:
+    """The request object of a validated chat body, screened by ``window`` (no tokenizing), in the
+    order of the checks: the request's tools onto message 0 (``engine.template.attach_tools``),
+    sampling values (with the template's stop strings after the request's), ``tool_choice``,
+    messages and schedule, the window by message count and by text length.
+
+    Raises:
+        AKVError subclasses: bad tools, sampling values, ``tool_choice``, messages or schedule
+            (400), a prompt beyond the context window (413).
+    """
+    messages = attach_tools(req.messages, req.tools)  # rendered in the system turn where the template does
+    sampling = SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed,
+                              tuple(req.stop_list()) + tuple(window.renderer.template.stop), req.ignore_eos,
+                              req.min_tokens)
+    opening = forced_opening(req.tool_choice, req.tools)
+    request = Request(messages, _schedule(messages, req.schedule()), sampling, req.prefix, req.tool_choice,
+                      req.tools, opening, salt)
+    window.screen(request)
+    return request
+
+
+def check_early(window: ContextWindow, req: ChatRequest | ScoreRequest, limits: ServerLimits) -> None:
     """Every refusal of a parsed chat or score request that needs no tokenizing, cheapest first:
-    sampling values or the candidate count, the schedule, the window by message count and by text
-    length. The server's intake process runs it too (``engine.server.intake``).
+    for a chat, :func:`chat_request`'s; for a score request, the candidate count, the schedule, the
+    window by message count and by text length. The server's intake process runs it
+    (``engine.server.intake``).
 
     Raises:
         AKVError subclasses: bad sampling values, messages or schedule (400), too many candidates
             or a prompt beyond the context window (413).
     """
     if isinstance(req, ChatRequest):
-        SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed,  # fail fast, before tokenizing
-                       min_tokens=req.min_tokens)
-        return _schedule(window, req.messages, req.schedule(), req.reply_prefix(), req.new_tokens())
+        chat_request(req, window)
+    else:
+        _score_schedule(window, req, limits)
+
+
+def _score_schedule(window: ContextWindow, req: ScoreRequest, limits: ServerLimits) -> Schedule:
     limits.check_candidates(len(req.candidates))
-    return _schedule(window, req.messages, req.schedule(), req.prefix, 1)
+    schedule = _schedule(req.messages, req.schedule())
+    window.check_fits(len(req.messages), schedule, 1)
+    window.check_prompt_fits(req.messages, schedule, req.prefix, 1)
+    return schedule
 
 
 def prepare_chat(engine: Engine, req: ChatRequest, sessions: Sessions, session: str | None, salt: str | None,
-                 limits: ServerLimits) -> PreparedChat:
-    """Validate and tokenize a chat request (any thread but the engine's).
+                 limits: ServerLimits) -> Request:
+    """The request of a chat body, made and prepared (any thread but the engine's): screened
+    (:func:`chat_request`), its session history checked, tokenized and replayed, its prompt plus
+    ``max_tokens`` checked against the window (``Engine.prepare_request``). ``limits`` bound score
+    requests only.
 
     Raises:
         AKVError subclasses: bad sampling values, messages or schedule (400), an edited session
             history (400), a prompt plus ``max_tokens`` beyond the context window (413).
     """
-    schedule = check_early(engine.window, req, limits)
-    sessions.check(session, req.messages, schedule)
-    prepared = engine.prepare(req.messages, schedule, prefix=req.reply_prefix(), salt=salt,
-                              extra_tokens=req.new_tokens())
-    return PreparedChat(schedule, prepared)
+    request = chat_request(req, engine.window, salt)
+    sessions.check(session, request.messages, request.schedule)
+    return engine.prepare_request(request)
 
 
 def prepare_score(engine: Engine, req: ScoreRequest, limits: ServerLimits, salt: str | None) -> Prepared:
@@ -86,7 +103,7 @@ def prepare_score(engine: Engine, req: ScoreRequest, limits: ServerLimits, salt:
         RequestError: too many candidates, or too many candidate tokens (413), before any model work.
         AKVError subclasses: bad messages, schedule or candidates (400), too long a prompt (413).
     """
-    schedule = check_early(engine.window, req, limits)
+    schedule = _score_schedule(engine.window, req, limits)
     prepared = engine.prepare(req.messages, schedule, prefix=req.prefix, candidates=req.candidates, salt=salt)
     limits.check_score_tokens(prepared.scored_tokens)
     return prepared

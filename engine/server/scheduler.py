@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.engine import Engine
 from engine.errors import AKVError, CapacityError
-from engine.results import ChatResult, Generation, Prepared
-from engine.schedule import Schedule
+from engine.request import Request
+from engine.results import ChatResult, Generation
 
 if TYPE_CHECKING:
     from engine.survival import SurvivalManager, ToolGap
@@ -42,54 +42,23 @@ class TimeoutError_(AKVError):
     status = 504
 
 
-@dataclass(frozen=True)
-class ChatJob:
-    """A chat request as the route hands it to the worker: what :meth:`Engine.start` is given.
-
-    Made on the event loop, read on the worker thread (frozen: neither side changes it after).
-    ``prepared`` is the request tokenized and replayed off the engine thread
-    (``engine.server.prepare``); ``salt`` the tenant's cache namespace; the others are the
-    request's sampling options (:class:`engine.interface.ChatOptions`).
-    """
-
-    messages: list[Any]
-    schedule: Schedule
-    prepared: Prepared
-    max_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
-    stop: list[str]
-    ignore_eos: bool
-    min_tokens: int
-    prefix: str
-    tool_choice: str | dict[str, Any] | None
-    salt: str | None
-
-    def start(self, engine: Engine, on_text: Callable[[str], None] | None,
-              cancelled: Callable[[], bool]) -> Generation:
-        """Start this request on ``engine`` (on the worker thread): its prefill runs now."""
-        return engine.start(self.messages, self.schedule, prepared=self.prepared, max_tokens=self.max_tokens,
-                            temperature=self.temperature, top_p=self.top_p, seed=self.seed, stop=self.stop,
-                            ignore_eos=self.ignore_eos, min_tokens=self.min_tokens, prefix=self.prefix,
-                            tool_choice=self.tool_choice, salt=self.salt, on_text=on_text, cancelled=cancelled)
-
-
 @dataclass(eq=False)
 class Job:
     """One unit of work for the worker, resolved on the event loop that submitted it.
 
     Attributes:
-        chat: the chat request to start (chat jobs), or ``None``.
+        chat: the chat request to start (chat jobs; ``PREPARED`` off the engine thread by
+            ``engine.server.prepare``, the same object from the route to the decoder), or ``None``.
         call: a function of the engine to run on the worker (other jobs).
         deadline: ``time.monotonic()`` after which the job is abandoned.
         on_text: streaming callback, invoked on the worker thread.
+        session, tool_gap: the tenant's session key and the tool gap its reply opens (survival).
     """
 
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     deadline: float
-    chat: ChatJob | None = None
+    chat: Request | None = None
     call: Callable[[Engine], Any] | None = None
     on_text: Callable[[str], None] | None = None
     session: str | None = None
@@ -208,7 +177,7 @@ class Scheduler:
                     m.admitted(session, waited)
 
                 self._survival(resume)
-            gen = job.chat.start(self.engine, job.on_text, lambda: job.cancel.is_set() or job.expired())
+            gen = self.engine.start_request(job.chat, job.on_text, lambda: job.cancel.is_set() or job.expired())
         except AKVError as err:
             job.resolve(error=err)
             return

@@ -1,7 +1,8 @@
 """Pydantic models of the HTTP edge (OpenAI chat-completions shapes plus the AKV fields).
 
-Only the edge uses pydantic: request bodies are validated here, then handed to the engine as
-plain dicts (the engine re-validates messages and schedules with its own error types).
+Only the edge uses pydantic: request bodies are validated here; a chat body then becomes one
+:class:`engine.request.Request` (``engine.server.prepare.chat_request``), which the engine checks
+with its own error types (messages, schedule, sampling values) and carries to the reply.
 
 Validation is strict (``STRICT``): a field typed as an integer, boolean or string takes only that
 JSON type (``max_tokens: true``, ``stream: "yes"`` and ``n: 1.0`` are 400s, not coerced), numbers
@@ -14,8 +15,6 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from engine.toolcalls import forced_opening
 
 STRICT = ConfigDict(strict=True, allow_inf_nan=False)
 MAX_STOP = 16
@@ -118,14 +117,6 @@ class ChatRequest(ScheduleFields):
         :data:`DEFAULT_MAX_TOKENS`."""
         chosen = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         return DEFAULT_MAX_TOKENS if chosen is None else chosen
-
-    def reply_prefix(self) -> str:
-        """The text the reply starts with: ``prefix`` and ``tool_choice``'s opening.
-
-        Raises:
-            AKVError (field ``tool_choice``): a choice that needs tools the request does not declare.
-        """
-        return self.prefix + forced_opening(self.tool_choice, self.tools)
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

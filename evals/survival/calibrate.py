@@ -146,7 +146,7 @@ def _decode_points(engine: Engine, words: _Words, batches: Sequence[int], contex
                     engine.start([words.message("user", ctx)], max_tokens=steps + 1, ignore_eos=True)
                     for _ in range(b)]
                 while not all(g.done for g in gens):
-                    last = all(len(g.tokens) + 1 >= g.params.max_tokens for g in gens)
+                    last = all(len(g.tokens) + 1 >= g.request.sampling.max_tokens for g in gens)
                     context = 0 if last else sum(g.usage.prompt_tokens + len(g.tokens) for g in gens)
                     _, dt = _timed(engine, partial(engine.step, gens))
                     raw.setdefault((ctx, b, last), []).append((context, dt))

@@ -120,7 +120,7 @@ class RealExecutor:
         return Started(_Turn(g, g.items, st), g.usage.prompt_tokens, g.usage.prefill_tokens, recompute)
 
     def step(self, handles: list[Any]) -> None:
-        going = [h.gen for h in handles if len(h.gen.tokens) + 1 < h.gen.params.max_tokens]
+        going = [h.gen for h in handles if len(h.gen.tokens) + 1 < h.gen.request.sampling.max_tokens]
         context = sum(g.usage.prompt_tokens + len(g.tokens) for g in going)
         t0 = time.perf_counter()
         self.engine.step([h.gen for h in handles])
@@ -141,7 +141,7 @@ class RealExecutor:
         self.finish_samples.append(time.perf_counter() - t0)
         if self.clock is not None:
             self.clock.finished()
-        if len(g.tokens) < g.params.max_tokens:
+        if len(g.tokens) < g.request.sampling.max_tokens:
             self.short_turns += 1
         handle.session.generated = list(g.tokens[:-1])  # stored after the prompt (a branch)
         return None if last else self.backend.handle_for(handle.items)

@@ -17,15 +17,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
 from engine.errors import AKVError, show
+from engine.request import Request as EngineRequest
 from engine.results import ChatResult
 from engine.server.body import json_body
 from engine.server.prepare import prepare_chat
-from engine.server.scheduler import ChatJob
 from engine.server.schemas import ChatRequest
 from engine.server.served import Served, ServedDep, usage_json
 from engine.server.tenants import tenant_of
 from engine.survival import ToolGap
-from engine.template import attach_tools
 from engine.toolcalls import reply_message, tool_names
 
 router = APIRouter()
@@ -47,25 +46,21 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
         name, value = unsupported
         raise AKVError(f"{name}: not supported by this server, got {show(value)} (leave it unset: the reply "
                        "would ignore it)", field=name, value=value)
-    max_tokens = req.new_tokens()
-    req.messages = attach_tools(req.messages, req.tools)  # rendered in the system turn where the template does
-    # validation, session check and tokenization on a pool thread, never on the engine thread
-    ready = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, s.limits)
-    schedule = ready.schedule
+    # the request object, its validation, session check and tokenization on a pool thread, never on
+    # the engine thread; from here on the same object goes to the scheduler, the engine and its decoder
+    chat_req = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, s.limits)
     gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
     if gap is not None and req.session_id is None:
         raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
-    chat_job = ChatJob(req.messages, schedule, ready.prepared, max_tokens, temperature=req.temperature,
-                       top_p=req.top_p, seed=req.seed, stop=req.stop_list(), ignore_eos=req.ignore_eos,
-                       min_tokens=req.min_tokens, prefix=req.prefix, tool_choice=req.tool_choice, salt=tenant.salt)
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     if req.stream:
-        return await _stream(s, req, chat_job, rid, schedule, t0, sid)
-    result: ChatResult = await s.run(s.new_job(req.timeout, chat=chat_job, session=sid, tool_gap=gap))
-    s.sessions.update(sid, req.messages, schedule)
+        return await _stream(s, req, chat_req, gap, rid, t0, sid)
+    result: ChatResult = await s.run(s.new_job(req.timeout, chat=chat_req, session=sid, tool_gap=gap))
+    s.sessions.update(sid, chat_req.messages, chat_req.schedule)
     s.metrics.latency.observe(time.perf_counter() - t0)
-    parse = bool(req.tools) and req.tool_choice != "none"
-    message, finish = reply_message(result.text, result.finish_reason, tool_names(req.tools) if parse else False)
+    parse = bool(chat_req.tools) and chat_req.tool_choice != "none"
+    message, finish = reply_message(result.text, result.finish_reason,
+                                    tool_names(chat_req.tools) if parse else False)
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
     if req.return_token_ids:
         choice["token_ids"] = list(result.token_ids)
@@ -73,12 +68,12 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
             "choices": [choice], "usage": usage_json(result.usage)}
 
 
-async def _stream(s: Served, req: ChatRequest, chat_job: ChatJob, rid: str, schedule: Any, t0: float,
+async def _stream(s: Served, req: ChatRequest, chat_req: EngineRequest, gap: ToolGap | None, rid: str, t0: float,
                   sid: str | None) -> Response:
     pieces: asyncio.Queue[str] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    job = s.new_job(req.timeout, chat=chat_job, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
-                    session=sid, tool_gap=ToolGap.from_wire(req.tool_gap) if req.tool_gap else None)
+    job = s.new_job(req.timeout, chat=chat_req, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
+                    session=sid, tool_gap=gap)
     s.scheduler.submit(job)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
@@ -124,7 +119,7 @@ async def _stream(s: Served, req: ChatRequest, chat_job: ChatJob, rid: str, sche
                 yield f"data: {json.dumps({'error': {'message': str(error), 'code': status}})}\n\n"
                 return
             result: ChatResult = job.future.result()
-            s.sessions.update(sid, req.messages, schedule)
+            s.sessions.update(sid, chat_req.messages, chat_req.schedule)
             s.metrics.latency.observe(time.perf_counter() - t0)
             yield chunk({}, result.finish_reason)
             if include_usage:
