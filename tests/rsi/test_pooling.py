@@ -130,3 +130,22 @@ def test_the_pooled_line_says_how_many_runs_matched_nothing_on_train():
                                                                                   (0.0, 0.2), 20, 500))])
     assert lines[0] == "vs expert:standard" and lines[2].endswith("(matched nothing on train)")
     assert lines[3].endswith("significantly cheaper (1 of 2 runs matched nothing on train)")
+
+
+def test_a_pool_carries_its_runs_provenance_or_says_what_is_unknown(two_runs):
+    from rsi.provenance import RUN_FILE, capture, head_commit, pooled, read_run, record_run
+
+    unrecorded = pooled(two_runs)
+    assert unrecorded.commit is None and {"commit", "configs", "model"} <= set(unrecorded.unknown)
+    try:
+        for run in two_runs:
+            record_run(run, capture(measures=["rsi"], model="tiny-random", dtype="float32", judge="tiny (loglik)"))
+        record_run(two_runs[0], capture(measures=["rsi"]))  # a resume is added, the start kept
+        assert read_run(two_runs[0]).model == "tiny-random"
+        assert len(json.loads((two_runs[0] / RUN_FILE).read_text())["resumes"]) == 1
+        both = pooled(two_runs)
+        assert both.commit == head_commit() and both.model == "tiny-random" and both.unknown == ()
+        assert both.measures == ("engine", "evals", "search_spaces", "rsi")
+    finally:
+        for run in two_runs:
+            (run / RUN_FILE).unlink(missing_ok=True)
