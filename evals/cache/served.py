@@ -20,10 +20,11 @@ Not for: text baselines (they rewrite messages; nothing to serve as a schedule),
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from engine.errors import AKVError
+from engine.layout import Rendered
 from engine.served_policy import PolicyFailure, PolicyOutcome
 from evals.cache.guard import guard_decisions
 from search_spaces import Decision, Episode, Policy, PolicyError, PolicyKind, ProgramFailure
@@ -143,6 +144,20 @@ class ReplayPolicy:
                 continue
             lo, best = mid, decided
         return best
+
+
+class CountedPolicy:
+    """``served``'s schedule for ``messages`` with their token counts from ``render`` (``akv live``:
+    the endpoint's model, rendered locally by ``engine.RemoteEngine.render``): the ``decide(messages)``
+    that ``evals.cache.live.run_episode`` calls each turn."""
+
+    def __init__(self, served: ReplayPolicy, render: Callable[[Sequence[Any]], Rendered]) -> None:
+        self.served = served
+        self.render = render
+
+    def decide(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Raises :class:`engine.served_policy.PolicyFailure` when the policy fails."""
+        return self.served.schedule(messages, self.render(list(messages)).message_tokens)
 
 
 def _wire(decision: Decision | None) -> dict[str, Any]:
