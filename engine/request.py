@@ -26,6 +26,7 @@ from engine.toolcalls import forced_opening, message_tools
 if TYPE_CHECKING:
     from engine.history import Item
     from engine.results import Prepared
+    from engine.served_policy import PolicyReport
 
 
 class RequestState(Enum):
@@ -70,6 +71,8 @@ class Request:
         salt: the tenant's cache namespace (``engine.history.Salt``), ``None`` for the shared one.
         prepared: the tokenized, replayed history, once ``PREPARED``.
         state: the lifecycle (:class:`RequestState`), advanced by :meth:`advance`.
+        policy: for a request that named a served policy (``MODEL@NAME``), how its schedule was
+            made (``engine.served_policy.PolicyReport``); ``None`` otherwise.
     """
 
     messages: Sequence[Any]
@@ -82,6 +85,7 @@ class Request:
     salt: str | None = None
     prepared: Prepared | None = None
     state: RequestState = RequestState.NEW
+    policy: PolicyReport | None = None
 
     @classmethod
     def of(cls, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None,

@@ -63,6 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
     from engine.settings import settings
 
     _check_serve_options(args)
+    policies = _served_policies(args)  # refused now, before the model loads
     pool = 0 if args.no_reuse else int(args.pool_gb * (1 << 30))
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     eng = Engine.from_pretrained(args.model, template=args.template, pool_bytes=pool,
@@ -87,13 +88,37 @@ def _serve(args: argparse.Namespace) -> int:
                      snapshot_secret=secret, snapshot_quota=quota,
                      limits=ServerLimits(max_body_bytes=args.max_body_bytes, max_candidates=args.max_candidates,
                                          max_score_tokens=args.max_score_tokens, intake_bytes=args.intake_bytes),
-                     tenant_limits=TenantLimits(args.key_concurrency, args.key_rate, args.key_burst))
+                     tenant_limits=TenantLimits(args.key_concurrency, args.key_rate, args.key_burst),
+                     policies=policies)
     if args.intake_bytes:
         app.state.intake.start()  # its start-up (seconds) beside the server's, not in the first large body
     keys = f"{len(tenants.names)} API key(s)" if tenants.keyed else "no API keys"
     print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots}; {keys})", flush=True)
+    for name in policies.names:
+        print(f"  model {eng.name}@{name}: {policies.get(name)!r}", flush=True)
     serve(app, args.host, args.port)
     return 0
+
+
+POLICY_WAIT = 3
+"""How many ``--policy-timeout``s the server waits for one request's schedule (the replay, and on a
+failure the search for the last request point that decided) before serving it without drops."""
+
+
+def _served_policies(args: argparse.Namespace) -> Any:
+    """``--policy NAME=SPEC`` entries as the server's :class:`engine.server.policies.Policies`."""
+    import math
+
+    from engine.server.policies import Policies
+
+    if not (math.isfinite(args.policy_timeout) and args.policy_timeout > 0):
+        raise AKVError(f"--policy-timeout must be a finite number > 0, got {args.policy_timeout}",
+                       field="policy_timeout", value=args.policy_timeout)
+    if not args.policy:
+        return Policies()
+    from rsi.cache.serving import served_policies
+
+    return Policies(served_policies(args.policy, args.policy_timeout), time_limit_s=POLICY_WAIT * args.policy_timeout)
 
 
 def _eval_settings(args: argparse.Namespace) -> None:
@@ -471,6 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests a minute one API key may make (a token bucket; 429 with Retry-After beyond; 0: off)")
     s.add_argument("--key-burst", type=int, default=0,
                    help="the bucket's size for --key-rate (0: ten seconds' worth)")
+    s.add_argument("--policy", action="append", metavar="NAME=SPEC",
+                   help="serve model MODEL@NAME with the schedule this policy computes (repeatable). SPEC: a built-in "
+                        "policy (rolling_drop:keep_tool_responses=12), a module written by akv export (FILE.py, run in "
+                        "the sandbox), or a search run RUN_DIR[#PICK] (default pick: headline); docs/export.md")
+    s.add_argument("--policy-timeout", type=float, default=10.0,
+                   help="seconds (wall and CPU) one sandboxed policy call may take; a request whose schedule is not "
+                        "ready in 3x this is served without new drops")
     s.set_defaults(func=_serve)
 
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")

@@ -12,13 +12,15 @@ ends in a tool call) pause the session on its tool (``engine.survival``). Every 
 ``{"error": {"message", "type", "param", "code"}}`` whose message names the field and value.
 With API keys (``engine.server.tenants``) every route but ``/health`` (and ``/metrics`` when public)
 answers 401 without ``Authorization: Bearer KEY``; each key is a tenant with its own sessions,
-snapshots (``engine.server.snapshots``) and cache namespace.
+snapshots (``engine.server.snapshots``) and cache namespace. With served policies
+(``engine.server.policies``), ``GET /v1/models`` also lists ``MODEL@NAME`` for each, and a chat
+that names one gets the policy's schedule.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -28,8 +30,10 @@ from fastapi.responses import JSONResponse
 
 from engine.engine import Engine
 from engine.errors import AKVError, CapacityError
+from engine.served_policy import ServedPolicy
 from engine.server.intake import Intake
 from engine.server.limits import BodyLimitMiddleware, ServerLimits, install_error_shape
+from engine.server.policies import Policies, PolicyCollector
 from engine.server.prometheus import Metrics
 from engine.server.ratelimit import Gate, TenantLimitMiddleware, TenantLimits
 from engine.server.routes import ROUTERS
@@ -47,7 +51,8 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
                timeout: float = 600.0, aliases: tuple[str, ...] = (), survival: SurvivalManager | None = None,
                tenants: Tenants | None = None, snapshot_secret: bytes | None = None,
                snapshot_quota: int | None = None, limits: ServerLimits | None = None,
-               tenant_limits: TenantLimits | None = None) -> FastAPI:
+               tenant_limits: TenantLimits | None = None,
+               policies: Policies | Sequence[ServedPolicy] = ()) -> FastAPI:
     """Build the app around ``engine`` (the scheduler starts with the app and stops with it).
 
     ``survival``: a :class:`engine.survival.SurvivalManager` over ``engine.tree`` (default: none).
@@ -56,14 +61,18 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
     generated in ``snapshot_dir``); ``snapshot_quota``: bytes of snapshots per tenant (default: no limit).
     ``limits``: body size, score candidates and tokens, JSON depth (``engine.server.limits``).
     ``tenant_limits``: requests in flight and per minute for each API key (``engine.server.ratelimit``;
-    default: none).
+    default: none). ``policies``: policies served by model name, ``MODEL@NAME``
+    (``engine.server.policies``; a sequence is served under the default time limit).
     """
+    policies = policies if isinstance(policies, Policies) else Policies(policies)
     limits = limits if limits is not None else ServerLimits()
     scheduler = Scheduler(engine, max_queue=max_queue, max_batch=max_batch, timeout=timeout, survival=survival)
     tenants = tenants if tenants is not None else Tenants()
-    served = Served(engine, scheduler, Sessions(), Metrics(scheduler),
+    metrics = Metrics(scheduler)
+    metrics.registry.register(PolicyCollector(policies))
+    served = Served(engine, scheduler, Sessions(), metrics,
                     SnapshotStore(snapshot_dir, secret=snapshot_secret, quota_bytes=snapshot_quota), tenants, limits,
-                    frozenset({engine.name, "default", *aliases}), timeout)
+                    frozenset({engine.name, "default", *aliases}), timeout, policies)
 
     intake = Intake(engine.window, limits)
 
@@ -75,6 +84,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
         finally:
             scheduler.stop()
             intake.close()
+            policies.close()
 
     _ = engine.renderer.token_bound  # built now (once per tokenizer), not on the first request
     app = FastAPI(title="AKV engine", lifespan=lifespan)

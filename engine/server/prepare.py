@@ -9,18 +9,23 @@ length in bytes is refused before tokenizing) runs here instead, on a pool threa
 (``asyncio.to_thread``), so that a huge or hopeless request is refused without stalling other
 clients. A chat's :class:`engine.request.Request` is made here, once, from the validated body, and
 reaches the engine thread ``PREPARED``; a score request reaches it as an
-:class:`engine.results.Prepared`.
+:class:`engine.results.Prepared`. A chat that names a served policy (``MODEL@NAME``) gets the
+policy's schedule here too, from the served model's token counts (:func:`with_policy`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.engine import Engine
-from engine.errors import MessageError
+from engine.errors import AKVError, MessageError
 from engine.request import Request
 from engine.results import Prepared
 from engine.sampling import SamplingParams
-from engine.schedule import Schedule, parse_schedule
+from engine.schedule import EMPTY, Schedule, parse_schedule
+from engine.served_policy import PolicyOutcome, PolicyReport, ServedPolicy
 from engine.server.limits import ServerLimits
+from engine.server.policies import Policies, one_line
 from engine.server.schemas import ChatRequest, ScoreRequest
 from engine.server.sessions import Sessions
 from engine.template import attach_tools
@@ -80,20 +85,74 @@ def _score_schedule(window: ContextWindow, req: ScoreRequest, limits: ServerLimi
     return schedule
 
 
+@dataclasses.dataclass(frozen=True)
+class PolicyStep:
+    """The served policy a chat named (``MODEL@NAME``) and the app's :class:`Policies` that run it."""
+
+    policies: Policies
+    policy: ServedPolicy
+
+
 def prepare_chat(engine: Engine, req: ChatRequest, sessions: Sessions, session: str | None, salt: str | None,
-                 limits: ServerLimits) -> Request:
+                 limits: ServerLimits, policy: PolicyStep | None = None) -> Request:
     """The request of a chat body, made and prepared (any thread but the engine's): screened
-    (:func:`chat_request`), its session history checked, tokenized and replayed, its prompt plus
-    ``max_tokens`` checked against the window (``Engine.prepare_request``). ``limits`` bound score
-    requests only.
+    (:func:`chat_request`), given ``policy``'s schedule (:func:`with_policy`), its session history
+    checked, tokenized and replayed, its prompt plus ``max_tokens`` checked against the window
+    (``Engine.prepare_request``). ``limits`` bound score requests only. A schedule of ``policy``
+    that the engine refuses serves the request with the full cache (``refused`` in its report).
 
     Raises:
         AKVError subclasses: bad sampling values, messages or schedule (400), an edited session
             history (400), a prompt plus ``max_tokens`` beyond the context window (413).
     """
     request = chat_request(req, engine.window, salt)
-    sessions.check(session, request.messages, request.schedule)
-    return engine.prepare_request(request)
+    if policy is None:
+        sessions.check(session, request.messages, request.schedule)
+        return engine.prepare_request(request)
+    request = with_policy(engine, request, policy, sessions, session)
+    try:
+        sessions.check(session, request.messages, request.schedule)
+        return engine.prepare_request(request)
+    except AKVError as err:
+        if err.transient or err.status != 400 or not request.schedule:
+            raise
+        refused = _without_drops(request, policy.policy.name, sessions, session, PolicyOutcome.REFUSED,
+                                 f"the engine refused the schedule: {err}")
+    sessions.check(session, refused.messages, refused.schedule)
+    return engine.prepare_request(refused)
+
+
+def with_policy(engine: Engine, request: Request, step: PolicyStep, sessions: Sessions, session: str | None,
+                ) -> Request:
+    """``request`` (screened, no schedule of its own) with the schedule ``step.policy`` computes from
+    its messages and their token counts under ``engine``'s renderer, and the report
+    (``request.policy``). A failure serves the policy's fallback; with none, the session's last
+    schedule (``session``), else no drops.
+
+    Raises:
+        AKVError subclasses: the messages cannot be rendered (the caller's mistake, 400).
+    """
+    counts = engine.render(request.messages).message_tokens
+    decided = step.policies.decide(step.policy, list(request.messages), counts)
+    report = decided.report
+    if decided.wire is None:
+        if report.ok:
+            return dataclasses.replace(request, policy=report)
+        return _without_drops(request, report.name, sessions, session, report.outcome, report.reason)
+    try:
+        schedule = parse_schedule(decided.wire, n_messages=len(request.messages))
+    except AKVError as err:
+        return _without_drops(request, report.name, sessions, session, PolicyOutcome.REFUSED,
+                              f"the engine refused the schedule: {err}")
+    return dataclasses.replace(request, schedule=schedule, policy=report)
+
+
+def _without_drops(request: Request, name: str, sessions: Sessions, session: str | None, outcome: PolicyOutcome,
+                   reason: str) -> Request:
+    """``request`` served by policy ``name`` with no new drops: the session's last schedule, or the full cache."""
+    last = sessions.schedule_of(session)
+    report = PolicyReport(name, outcome, one_line(reason), "previous" if last else "full")
+    return dataclasses.replace(request, schedule=last or EMPTY, policy=report)
 
 
 def prepare_score(engine: Engine, req: ScoreRequest, limits: ServerLimits, salt: str | None) -> Prepared:

@@ -17,7 +17,9 @@ from fastapi.responses import JSONResponse
 
 from engine.cache.plan import TokenUsage
 from engine.engine import Engine
+from engine.served_policy import ServedPolicy
 from engine.server.limits import ServerLimits
+from engine.server.policies import Policies
 from engine.server.prometheus import Metrics
 from engine.server.scheduler import Job, Scheduler
 from engine.server.sessions import Sessions
@@ -30,8 +32,10 @@ class Served:
     """The engine and the state around it that one app serves.
 
     Attributes:
-        names: the model names requests may ask for (the engine's, ``default`` and aliases).
+        names: the model names requests may ask for (the engine's, ``default`` and aliases); with
+            policies, also each name followed by ``@POLICY`` (``engine.server.policies``).
         timeout: the default deadline of a request, in seconds.
+        policies: the policies served by model name.
     """
 
     engine: Engine
@@ -43,6 +47,7 @@ class Served:
     limits: ServerLimits
     names: frozenset[str]
     timeout: float
+    policies: Policies
 
     def new_job(self, deadline_s: float | None, **kw: Any) -> Job:
         loop = asyncio.get_running_loop()
@@ -60,10 +65,20 @@ class Served:
 
     def unknown_model(self, model: str | None) -> JSONResponse | None:
         """The 404 for a model this app does not serve (``None``: served, or not named)."""
-        if model is None or model in self.names:
+        if self.policies.split(model, self.names)[0]:
             return None
-        return error_response(404, f"model: {model!r} is not served here (serving {self.engine.name!r})",
+        ids = ", ".join(repr(m) for m in self.model_ids)
+        return error_response(404, f"model: {model!r} is not served here (serving {ids})",
                               "not_found_error", "model", "model_not_found")
+
+    def policy_of(self, model: str | None) -> ServedPolicy | None:
+        """The policy a served ``model`` names (``MODEL@NAME``), or ``None`` for a plain model."""
+        return self.policies.split(model, self.names)[1]
+
+    @property
+    def model_ids(self) -> list[str]:
+        """What ``GET /v1/models`` lists: the engine's name, then ``NAME@POLICY`` for each policy."""
+        return [self.engine.name, *self.policies.model_ids(self.engine.name)]
 
 
 def served(request: Request) -> Served:

@@ -58,6 +58,11 @@ class Sessions:
             raise ScheduleError(f"reposition {new_rep} changes session {session_id!r}'s past {old_rep}; schedules "
                                 "may only be extended", field="reposition", value=new_rep)
 
+    def schedule_of(self, session_id: str | None) -> Schedule | None:
+        """The schedule session ``session_id`` was last served with (``None``: no such session)."""
+        old = self._states.get(session_id) if session_id is not None else None
+        return old.schedule if old is not None else None
+
     def update(self, session_id: str | None, messages: Sequence[Any], schedule: Schedule) -> None:
         if session_id is None:
             return

@@ -452,10 +452,13 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON.
 
     ``picked``: a run's candidate in place of ``args.policy`` and ``params``; ``frame_guard``: every
-    decision guarded as the run evaluated it (``evals.cache.guard.GuardedPolicy``)."""
+    decision guarded as the run evaluated it (``evals.cache.guard``). Each turn's schedule is the
+    policy's replay over the session so far with the served model's token counts
+    (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide."""
     from engine.remote import RemoteEngine
     from engine.settings import settings
     from evals.cache.live import LiveConfig, run_live, summary
+    from evals.cache.served import CountedPolicy, ReplayPolicy
     from search_spaces import get_policy
 
     if args.probes < 1:
@@ -471,15 +474,17 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
         policy = None if args.policy == "full" else get_policy(args.policy, **params)
         label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
     if frame_guard and policy is not None:
-        from evals.cache.guard import GuardedPolicy
-
-        policy, label = GuardedPolicy(policy), label + "-guarded"
+        label = label + "-guarded"
     run_dir = Path(args.run_dir or f"runs/live-{label}")
     api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
     with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
                       api_key=api_key) as engine:
         engine.akv_extensions  # noqa: B018 -- reach the endpoint once before any episode (one error, not N)
-        results = run_live(engine, policy, label, tasks, run_dir, config, probes_per_task=args.probes)
+        # each turn's schedule is the replay's, counted with the served model's tokenizer (as the server
+        # and the evaluator count), under the frame guard where the run had one
+        counted = CountedPolicy(ReplayPolicy(label, policy, frame_guard=frame_guard), engine.render) \
+            if policy is not None else None
+        results = run_live(engine, counted, label, tasks, run_dir, config, probes_per_task=args.probes)
     from evals.cache.live_export import export_run
 
     logs = export_run(run_dir, args.served_model or args.model)

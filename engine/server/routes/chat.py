@@ -1,7 +1,9 @@
 """``POST /v1/chat/completions``, whole or streamed as server-sent events.
 
 With a survival manager, ``session_id`` + ``tool_gap`` (or a reply that ends in a tool call)
-pause the session on its tool (``engine.survival``).
+pause the session on its tool (``engine.survival``). A request for ``MODEL@NAME`` gets served
+policy ``NAME``'s schedule (``engine.server.policies``); it may not send schedule fields of its
+own (400), and its reply says how the schedule was made (``usage.akv_policy``, ``X-AKV-Policy``).
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.errors import AKVError, show
 from engine.request import Request as EngineRequest
 from engine.results import ChatResult
+from engine.served_policy import PolicyReport
 from engine.server.body import json_body
-from engine.server.prepare import prepare_chat
+from engine.server.prepare import PolicyStep, prepare_chat
 from engine.server.schemas import ChatRequest
 from engine.server.served import Served, ServedDep, usage_json
 from engine.server.tenants import tenant_of
@@ -39,6 +42,13 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
     missing = s.unknown_model(req.model)
     if missing is not None:
         return missing
+    policy = s.policy_of(req.model)
+    if policy is not None:
+        sent = next((k for k, v in req.schedule().items() if v is not None), None)
+        if sent is not None:
+            raise AKVError(f"{sent}: model {req.model!r} gets its schedule from policy {policy.name!r}; send no "
+                           f"schedule fields with it (or name model {s.engine.name!r} and send your own)",
+                           field=sent, value=req.model)
     if req.n != 1:
         raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
     unsupported = req.unsupported()
@@ -48,13 +58,17 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
                        "would ignore it)", field=name, value=value)
     # the request object, its validation, session check and tokenization on a pool thread, never on
     # the engine thread; from here on the same object goes to the scheduler, the engine and its decoder
-    chat_req = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, s.limits)
+    step = PolicyStep(s.policies, policy) if policy is not None else None
+    chat_req = await asyncio.to_thread(prepare_chat, s.engine, req, s.sessions, sid, tenant.salt, s.limits, step)
+    if chat_req.policy is not None:
+        s.policies.count(chat_req.policy)
     gap = ToolGap.from_wire(req.tool_gap) if req.tool_gap is not None else None
     if gap is not None and req.session_id is None:
         raise AKVError("tool_gap: a paused session needs a session_id", field="tool_gap", value=req.tool_gap)
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    model = req.model if policy is not None and req.model is not None else s.engine.name
     if req.stream:
-        return await _stream(s, req, chat_req, gap, rid, t0, sid)
+        return await _stream(s, req, chat_req, gap, rid, t0, sid, model)
     result: ChatResult = await s.run(s.new_job(req.timeout, chat=chat_req, session=sid, tool_gap=gap))
     s.sessions.update(sid, chat_req.messages, chat_req.schedule)
     s.metrics.latency.observe(time.perf_counter() - t0)
@@ -64,12 +78,28 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
     choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
     if req.return_token_ids:
         choice["token_ids"] = list(result.token_ids)
-    return {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": s.engine.name,
-            "choices": [choice], "usage": usage_json(result.usage)}
+    body = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [choice], "usage": _usage(result, chat_req.policy)}
+    if chat_req.policy is None:
+        return body
+    return JSONResponse(body, headers=_policy_headers(chat_req.policy))
+
+
+def _usage(result: ChatResult, report: PolicyReport | None) -> dict[str, Any]:
+    """The reply's ``usage``; with a served policy, ``akv_policy`` too (its name, ``ok``, and when not
+    ok the outcome, reason and fallback)."""
+    usage = usage_json(result.usage)
+    if report is not None:
+        usage["akv_policy"] = report.to_json()
+    return usage
+
+
+def _policy_headers(report: PolicyReport | None) -> dict[str, str]:
+    return {"X-AKV-Policy": report.header} if report is not None else {}
 
 
 async def _stream(s: Served, req: ChatRequest, chat_req: EngineRequest, gap: ToolGap | None, rid: str, t0: float,
-                  sid: str | None) -> Response:
+                  sid: str | None, model: str) -> Response:
     pieces: asyncio.Queue[str] = asyncio.Queue()
     loop = asyncio.get_running_loop()
     job = s.new_job(req.timeout, chat=chat_req, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
@@ -78,7 +108,7 @@ async def _stream(s: Served, req: ChatRequest, chat_req: EngineRequest, gap: Too
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-        body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": s.engine.name,
+        body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return f"data: {json.dumps(body)}\n\n"
 
@@ -124,7 +154,7 @@ async def _stream(s: Served, req: ChatRequest, chat_req: EngineRequest, gap: Too
             yield chunk({}, result.finish_reason)
             if include_usage:
                 body = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
-                        "model": s.engine.name, "choices": [], "usage": usage_json(result.usage)}
+                        "model": model, "choices": [], "usage": _usage(result, chat_req.policy)}
                 yield f"data: {json.dumps(body)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
@@ -134,4 +164,5 @@ async def _stream(s: Served, req: ChatRequest, chat_req: EngineRequest, gap: Too
                 first.cancel()
 
     return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                      **_policy_headers(chat_req.policy)})

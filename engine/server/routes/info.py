@@ -22,7 +22,8 @@ async def health(s: ServedDep, request: Request) -> dict[str, Any]:
 
 @router.get("/v1/models")
 async def models(s: ServedDep) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": s.engine.name, "object": "model", "created": 0, "owned_by": "akv-rsi"}]}
+    return {"object": "list",
+            "data": [{"id": m, "object": "model", "created": 0, "owned_by": "akv-rsi"} for m in s.model_ids]}
 
 
 @router.get("/metrics")
