@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from evals.bfcl import SPLIT_RULE, Entry, load_bfcl_suite, split_of
-from evals.bfcl.data import read_entries, tool_specs, to_task
+from evals.bfcl.data import read_entries, to_task, tool_specs
 from evals.errors import TaskError
 
 IDS = ("multi_turn_base_0", "multi_turn_long_context_3", "multi_turn_long_context_7")

@@ -58,7 +58,7 @@ def test_a_wrong_call_fails_the_turn_by_the_state_check(engine, small_task):
 
 def test_the_model_under_two_policies_gives_accuracy_with_intervals(engine, small_task):
     specs = [PolicySpec("full"), DROP_ALL]
-    results = judge(engine, [small_task], specs, JudgeConfig(max_steps=1, max_tokens=4))
+    results = judge(engine, [small_task], specs, JudgeConfig(max_steps=1, max_tokens=2))
     assert [r.policy for r in results] == ["full", "drop_all"] and all(r.ok for r in results)
     assert results[1].turns[1].dropped_messages > 0 and results[0].turns[1].dropped_messages == 0
     rows = summarize(results, ["full", "drop_all"])
@@ -91,3 +91,18 @@ def test_the_diagnostic_and_non_bfcl_tasks_are_refused(engine, small_task, tasks
         judge(engine, [small_task], [PolicySpec("drop_evidence")])
     with pytest.raises(TaskError, match="not a BFCL task"):
         judge(engine, tasks[:1], [PolicySpec("full")])
+
+
+def test_akv_eval_on_a_bfcl_suite_without_the_package_is_one_line(monkeypatch, tmp_path, capsys):
+    from importlib import metadata
+
+    from rsi.cli import main
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    code = main(["eval", "--suite", "bfcl-long", "--split", "heldout", "--limit", "4", "--model", "tiny-random",
+                 "--policy", "full", "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "make bfcl" in err and len(err.splitlines()) == 1, err
