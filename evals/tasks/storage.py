@@ -158,7 +158,8 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
 
     ``name_or_path`` is a registered suite name (looked up under ``root``, default
     :func:`suites_root`, and built there on first use unless ``build`` is false), a suite or
-    dataset directory written by ``save_to_disk``, or a file: the project's JSON lines, or an agent
+    dataset directory written by ``save_to_disk``, a BFCL suite (``bfcl-base``, ``bfcl-long``: made from
+    the installed bfcl-eval by :mod:`evals.bfcl`), or a file: the project's JSON lines, or an agent
     log (OpenAI chat logs or ATIF trajectories, imported without probes by ``evals.tasks.logs``). Raises
     :class:`TaskError` for unknown names, missing paths, unknown splits, malformed tasks, and a
     registered suite built by another generator version.
@@ -166,6 +167,10 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
     import datasets
 
     path = Path(name_or_path).expanduser()
+    if not path.exists() and str(name_or_path).startswith("bfcl-"):  # BFCL multi-turn (evals.bfcl; make bfcl)
+        from evals.bfcl.data import load_bfcl_suite
+
+        return load_bfcl_suite(str(name_or_path), split)
     if not path.exists() and str(name_or_path) in SUITES:
         spec = get_suite_spec(str(name_or_path))
         path = suite_dir(spec.name, spec.version, root)

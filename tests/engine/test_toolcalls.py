@@ -76,3 +76,10 @@ def test_tool_names_skips_malformed_entries():
     assert tool_names([{"function": {"name": "a"}}, {"name": "b"}, {"function": {}}, "x", None, {"function": 3}]) == [
         "a", "b"]
     assert tool_names(None) == []
+
+
+def test_an_integer_past_python_s_digit_limit_is_an_invalid_block_not_a_crash():
+    huge = "1" * 5000  # json.loads raises ValueError (not JSONDecodeError) past 4,300 digits
+    reply = parse_tool_calls(f'<tool_call>{{"name": "ls", "arguments": {{"a": {huge}}}}}</tool_call>', ["ls"])
+    assert reply.tool_calls == [] and len(reply.invalid) == 1
+    assert parse_tool_calls(f'{{"name": "ls", "arguments": {{"a": {huge}}}}}', ["ls"]).tool_calls == []

@@ -1,0 +1,44 @@
+"""BFCL v4 multi-turn (``base``, ``long_context``) as suites of the project, judged by BFCL's checker.
+
+Public surface::
+
+    from evals.bfcl import load_bfcl_suite, judge, summarize
+    tasks = load_bfcl_suite("bfcl-long", "heldout")      # list[Task]; needs bfcl-eval (make bfcl)
+    results = judge(engine, tasks, [PolicySpec("full"), PolicySpec("rolling_drop")])
+    rows = summarize(results, ["full", "rolling_drop"])  # turn / task accuracy, retention, 95% intervals
+
+Modules: :mod:`~evals.bfcl.data` (BFCL's files -> tasks, the split), :mod:`~evals.bfcl.calls`
+(model replies parsed into calls, never evaluated), :mod:`~evals.bfcl.backends` (the backends run
+by the project), :mod:`~evals.bfcl.judge` (turn by turn, BFCL's checker), :mod:`~evals.bfcl.report`.
+bfcl-eval is imported only when a BFCL suite is used; see docs/tasks.md, "BFCL multi-turn".
+"""
+
+from evals.bfcl.backends import Backends, Executed
+from evals.bfcl.calls import Call, ParsedCalls, Refused, parse_python_calls, parse_reply
+from evals.bfcl.data import BFCL_VERSION, INSTALL_COMMAND, SPLIT_RULE, SUITES, Entry, load_bfcl_suite, split_of
+from evals.bfcl.judge import GoldResponder, JudgeConfig, TaskJudgement, TurnResult, judge, judge_task
+from evals.bfcl.report import summarize
+
+__all__ = [
+    "BFCL_VERSION",
+    "INSTALL_COMMAND",
+    "SPLIT_RULE",
+    "SUITES",
+    "Backends",
+    "Call",
+    "Entry",
+    "Executed",
+    "GoldResponder",
+    "JudgeConfig",
+    "ParsedCalls",
+    "Refused",
+    "TaskJudgement",
+    "TurnResult",
+    "judge",
+    "judge_task",
+    "load_bfcl_suite",
+    "parse_python_calls",
+    "parse_reply",
+    "split_of",
+    "summarize",
+]

@@ -1,0 +1,77 @@
+"""BFCL results summarized: turn accuracy, task accuracy and retention, with 95% intervals.
+
+Per policy, over its judged tasks (a failed run, ``ok=False``, is counted apart and never scored):
+
+- turn accuracy: the share of turns BFCL's checker passes;
+- task accuracy: the share of tasks whose every turn passes (BFCL's own measure);
+- retention: of the turns the full cache passes, the share this policy also passes (paired by
+  task and turn; ``None`` when the results hold no full-cache run or it passes no turn).
+
+Intervals are Wilson score intervals (:func:`evals.cache.scoring.wilson_interval`). The turns of one
+task are not independent, so the turn-level intervals are narrower than a clustered interval would be.
+The same numbers are given per BFCL category.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from evals.bfcl.judge import TaskJudgement
+from evals.cache.scoring import wilson_interval
+
+FULL = "full"
+
+
+def _rate(passed: int, total: int) -> dict[str, Any]:
+    if total == 0:
+        return {"rate": math.nan, "ci95": None, "n": 0}
+    iv = wilson_interval(passed, total)
+    return {"rate": passed / total, "ci95": [iv.low, iv.high], "n": total}
+
+
+def _scores(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement]) -> dict[str, Any]:
+    ok = [r for r in results if r.ok]
+    turns = [t for r in ok for t in r.turns]
+    full_passed = {(r.task_id, t.turn) for r in full if r.ok for t in r.turns if t.passed}
+    kept = [t.passed for r in ok for t in r.turns if (r.task_id, t.turn) in full_passed]
+    return {"tasks": len(results), "failed": len(results) - len(ok),
+            "turn_accuracy": _rate(sum(t.passed for t in turns), len(turns)),
+            "task_accuracy": _rate(sum(r.passed for r in ok), len(ok)),
+            "retention": _rate(sum(kept), len(kept)) if full and kept else None,
+            "errors": sorted({r.error for r in results if r.error})[:5]}
+
+
+def summarize(results: Sequence[TaskJudgement], policies: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per policy (in ``policies``' order): its scores overall and per category."""
+    full = [r for r in results if r.policy == FULL]
+    rows = []
+    for policy in policies:
+        mine = [r for r in results if r.policy == policy]
+        categories = sorted({r.category for r in mine})
+        rows.append({"policy": policy, **_scores(mine, full),
+                     "per_category": {c: _scores([r for r in mine if r.category == c],
+                                                 [r for r in full if r.category == c]) for c in categories}})
+    return rows
+
+
+def _cell(score: dict[str, Any] | None) -> str:
+    if score is None or score["ci95"] is None:
+        return f"{'-':>20s}"
+    lo, hi = score["ci95"]
+    return f"{score['rate']:6.3f} [{lo:.2f}, {hi:.2f}]".rjust(20)
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The rows as lines of text: overall, then per category."""
+    lines = [f"{'policy':28s} {'category':26s} {'turn acc (95% CI)':>20s} {'task acc (95% CI)':>20s} "
+             f"{'retention (95% CI)':>20s} {'turns':>6s} {'tasks':>6s} {'failed':>6s}"]
+    for row in rows:
+        for category, s in [("all", row), *row["per_category"].items()]:
+            if category != "all" and len(row["per_category"]) == 1:
+                continue
+            lines.append(f"{row['policy'][:28]:28s} {category[:26]:26s} {_cell(s['turn_accuracy'])} "
+                         f"{_cell(s['task_accuracy'])} {_cell(s['retention'])} {s['turn_accuracy']['n']:6d} "
+                         f"{s['tasks']:6d} {s['failed']:6d}")
+    return lines
