@@ -7,9 +7,11 @@ Per policy, over its judged tasks (a failed run, ``ok=False``, is counted apart 
 - retention: of the turns the full cache passes, the share this policy also passes (paired by
   task and turn; ``None`` when the results hold no full-cache run or it passes no turn).
 
-Intervals are Wilson score intervals (:func:`evals.cache.scoring.wilson_interval`). The turns of one
-task are not independent, so the turn-level intervals are narrower than a clustered interval would be.
-The same numbers are given per BFCL category.
+Task accuracy's interval is a Wilson score interval (:func:`evals.cache.scoring.wilson_interval`). The
+turns of one task are not independent (a policy that loses an early output tends to lose the task's
+later turns too), so a turn-level rate's interval is the wider, end by end, of the Wilson interval over
+turns and a percentile bootstrap that resamples whole tasks (2,000 draws, seeded): never narrower than
+either. The same numbers are given per BFCL category.
 """
 
 from __future__ import annotations
@@ -18,10 +20,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from evals.bfcl.judge import TaskJudgement
 from evals.cache.scoring import wilson_interval
 
 FULL = "full"
+
+
+SAMPLES = 2000
 
 
 def _rate(passed: int, total: int) -> dict[str, Any]:
@@ -31,15 +38,31 @@ def _rate(passed: int, total: int) -> dict[str, Any]:
     return {"rate": passed / total, "ci95": [iv.low, iv.high], "n": total}
 
 
+def clustered_rate(per_task: Sequence[Sequence[bool]], *, samples: int = SAMPLES, seed: int = 0) -> dict[str, Any]:
+    """The share of passed turns over tasks' turns, its interval widened for turns that move together:
+    the hull of the Wilson interval over turns and a bootstrap over tasks (each draw resamples tasks
+    with replacement and takes passed turns / turns of the drawn tasks)."""
+    groups = [list(g) for g in per_task if len(g)]
+    out = _rate(sum(sum(g) for g in groups), sum(len(g) for g in groups))
+    if out["ci95"] is None or len(groups) < 2:
+        return out
+    passed = np.array([sum(g) for g in groups], dtype=float)
+    sizes = np.array([len(g) for g in groups], dtype=float)
+    idx = np.random.default_rng(seed).integers(0, len(groups), size=(samples, len(groups)))
+    shares = passed[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+    lo, hi = np.percentile(shares, [2.5, 97.5])
+    out["ci95"] = [min(out["ci95"][0], float(lo)), max(out["ci95"][1], float(hi))]
+    return out
+
+
 def _scores(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement]) -> dict[str, Any]:
     ok = [r for r in results if r.ok]
-    turns = [t for r in ok for t in r.turns]
     full_passed = {(r.task_id, t.turn) for r in full if r.ok for t in r.turns if t.passed}
-    kept = [t.passed for r in ok for t in r.turns if (r.task_id, t.turn) in full_passed]
+    kept = [[t.passed for t in r.turns if (r.task_id, t.turn) in full_passed] for r in ok]
     return {"tasks": len(results), "failed": len(results) - len(ok),
-            "turn_accuracy": _rate(sum(t.passed for t in turns), len(turns)),
+            "turn_accuracy": clustered_rate([[t.passed for t in r.turns] for r in ok]),
             "task_accuracy": _rate(sum(r.passed for r in ok), len(ok)),
-            "retention": _rate(sum(kept), len(kept)) if full and kept else None,
+            "retention": clustered_rate(kept) if full and any(kept) else None,
             "errors": sorted({r.error for r in results if r.error})[:5]}
 
 

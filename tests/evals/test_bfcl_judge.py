@@ -106,3 +106,19 @@ def test_akv_eval_on_a_bfcl_suite_without_the_package_is_one_line(monkeypatch, t
                  "--policy", "full", "--out", str(tmp_path / "r.json")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "make bfcl" in err and len(err.splitlines()) == 1, err
+
+
+def test_turn_intervals_widen_when_a_task_s_turns_move_together():
+    from evals.bfcl.report import clustered_rate
+    from evals.cache.scoring import wilson_interval
+
+    together = clustered_rate([[True, True], [False, False]])  # draws: 0, 1/2 or 1 of the turns
+    wilson = wilson_interval(2, 4)
+    assert together["rate"] == 0.5 and together["n"] == 4
+    assert together["ci95"] == [0.0, 1.0] and together["ci95"][0] < wilson.low
+    mixed = clustered_rate([[True, False]] * 6)  # every task alike: the bootstrap has no spread
+    iv = wilson_interval(6, 12)
+    assert mixed["ci95"] == [iv.low, iv.high]
+    one = wilson_interval(2, 3)
+    assert clustered_rate([[True, False, True]])["ci95"] == [one.low, one.high]
+    assert clustered_rate([])["ci95"] is None
