@@ -1,6 +1,7 @@
 """The ``akv`` command line: thin wrappers over the library (no logic lives here).
 
     akv serve --model gemma-3-270m --host 127.0.0.1 --port 30000
+    akv proxy --upstream http://10.0.0.5:30000 --model M --policy k12=rolling_drop:keep_tool_responses=12
     akv eval --policy rolling_drop --params keep_tool_responses=4 --split train --out results.json
     akv eval --compare full,rolling_drop,standard,text_engineering --plot compare.png
     akv search experiments/quickstart.yaml [--run-dir DIR] | akv search --resume DIR [--in-process | --replicas N]
@@ -26,22 +27,32 @@ from engine.errors import AKVError
 EXIT_USER_ERROR = 2
 
 
-def _check_serve_options(args: argparse.Namespace) -> None:
-    """Refuse nonsense serving options before the model loads (the engine and scheduler check the rest)."""
+def _check_front_options(args: argparse.Namespace) -> None:
+    """Refuse nonsense options of the HTTP front (``akv serve``, ``akv proxy``): port and key limits."""
     import math
 
     if not 0 <= args.port <= 65535:
         raise AKVError(f"--port must be in [0, 65535], got {args.port}", field="port", value=args.port)
-    for flag in ("pool_gb", "host_gb", "snapshot_quota_gb", "key_rate"):
-        value = getattr(args, flag)
-        if not (math.isfinite(value) and value >= 0):
-            name = "--" + flag.replace("_", "-")
-            raise AKVError(f"{name} must be a finite number >= 0, got {value}", field=flag, value=value)
+    if not (math.isfinite(args.key_rate) and args.key_rate >= 0):
+        raise AKVError(f"--key-rate must be a finite number >= 0, got {args.key_rate}", field="key_rate",
+                       value=args.key_rate)
     for flag in ("key_concurrency", "key_burst"):
         if getattr(args, flag) < 0:
             name = "--" + flag.replace("_", "-")
             raise AKVError(f"{name} must be an integer >= 0 (0: no limit), got {getattr(args, flag)}", field=flag,
                            value=getattr(args, flag))
+
+
+def _check_serve_options(args: argparse.Namespace) -> None:
+    """Refuse nonsense serving options before the model loads (the engine and scheduler check the rest)."""
+    import math
+
+    _check_front_options(args)
+    for flag in ("pool_gb", "host_gb", "snapshot_quota_gb"):
+        value = getattr(args, flag)
+        if not (math.isfinite(value) and value >= 0):
+            name = "--" + flag.replace("_", "-")
+            raise AKVError(f"{name} must be a finite number >= 0, got {value}", field=flag, value=value)
 
 
 def _read_secret(path: str) -> bytes:
@@ -96,6 +107,36 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"serving {eng.name} on http://{args.host}:{args.port} (snapshots in {snapshots}; {keys})", flush=True)
     for name in policies.names:
         print(f"  model {eng.name}@{name}: {policies.get(name)!r}", flush=True)
+    serve(app, args.host, args.port)
+    return 0
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from engine.layout import Renderer
+    from engine.server import serve
+    from engine.server.limits import ServerLimits
+    from engine.server.proxy import create_proxy
+    from engine.server.ratelimit import TenantLimits
+    from engine.server.tenants import configure
+    from engine.server.upstream import Upstream
+    from engine.settings import settings
+
+    _check_front_options(args)
+    env = settings()
+    upstream = Upstream(args.upstream, timeout_s=args.timeout, api_key=env.client_api_key)
+    policies = _served_policies(args)  # refused now, before the tokenizer loads
+    renderer = Renderer.for_model(args.tokenizer or args.model, args.template)
+    tenants = configure(args.api_key or [], args.api_keys_file, env_keys=env.api_keys,
+                        public_metrics=args.public_metrics)
+    app = create_proxy(upstream, renderer, args.model, policies=policies, tenants=tenants,
+                       limits=ServerLimits(max_body_bytes=args.max_body_bytes, intake_bytes=0),
+                       tenant_limits=TenantLimits(args.key_concurrency, args.key_rate, args.key_burst))
+    keys = f"{len(tenants.names)} API key(s)" if tenants.keyed else "no API keys"
+    sent = "AKV_API_KEY" if upstream.api_key else "each client's own key"
+    print(f"proxying {args.model} at {upstream.url} on http://{args.host}:{args.port} ({keys}; upstream gets "
+          f"{sent})", flush=True)
+    for name in policies.names:
+        print(f"  model {args.model}@{name}: {policies.get(name)!r}", flush=True)
     serve(app, args.host, args.port)
     return 0
 
@@ -447,6 +488,35 @@ def _list_candidates(run_dir: str | None) -> None:
               f"{(str(c.size) if c.size else '-'):>5s}" + ("  <- headline choice" if c.id in chosen else ""))
 
 
+def _add_key_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--api-key", action="append", metavar="[NAME:]KEY",
+                   help="require 'Authorization: Bearer KEY'; each key is a tenant (repeatable; also "
+                        "--api-keys-file and AKV_API_KEYS, which keep keys out of the process list)")
+    p.add_argument("--api-keys-file", default=None, metavar="FILE", help="one [NAME:]KEY per line")
+    p.add_argument("--public-metrics", action="store_true", help="serve /metrics without an API key")
+
+
+def _add_body_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-body-bytes", type=int, default=4 << 20,
+                   help="largest request body, declared or streamed (413 beyond; default 4 MiB)")
+
+
+def _add_limit_and_policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key-concurrency", type=int, default=0,
+                   help="most model requests one API key may have in flight (429 beyond; 0: no limit)")
+    p.add_argument("--key-rate", type=float, default=0.0,
+                   help="requests a minute one API key may make (a token bucket; 429 with Retry-After beyond; 0: off)")
+    p.add_argument("--key-burst", type=int, default=0,
+                   help="the bucket's size for --key-rate (0: ten seconds' worth)")
+    p.add_argument("--policy", action="append", metavar="NAME=SPEC",
+                   help="serve model MODEL@NAME with the schedule this policy computes (repeatable). SPEC: a built-in "
+                        "policy (rolling_drop:keep_tool_responses=12), a module written by akv export (FILE.py, run in "
+                        "the sandbox), or a search run RUN_DIR[#PICK] (default pick: headline); docs/export.md")
+    p.add_argument("--policy-timeout", type=float, default=10.0,
+                   help="seconds (wall and CPU) one sandboxed policy call may take; a request whose schedule is not "
+                        "ready in 3x this is served without new drops")
+
+
 MODEL_HELP = "gemma-3-270m, qwen2.5-coder-1.5b (the qwen extra), tiny-random, or a local checkpoint"
 TEMPLATE_HELP = ("chat template: gemma, chatml or plain (default: the named model's own, chatml for "
                  "qwen2.5-coder-1.5b; else {fallback})")
@@ -478,40 +548,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="weights and KV (default: float32 on cpu, bfloat16 on cuda)")
     s.add_argument("--survival", default=None,
                    help="tool-gap survival policy for paused sessions (lru, ttl, min_waste, ...; docs/survival.md)")
-    s.add_argument("--api-key", action="append", metavar="[NAME:]KEY",
-                   help="require 'Authorization: Bearer KEY'; each key is a tenant (repeatable; also "
-                        "--api-keys-file and AKV_API_KEYS, which keep keys out of the process list)")
-    s.add_argument("--api-keys-file", default=None, metavar="FILE", help="one [NAME:]KEY per line")
+    _add_key_options(s)
     s.add_argument("--shared-cache-tenants", default=None, metavar="NAME,NAME",
                    help="tenants that share one prefix cache (default: no prefix reuse across tenants)")
-    s.add_argument("--public-metrics", action="store_true", help="serve /metrics without an API key")
     s.add_argument("--snapshot-secret-file", default=None, metavar="FILE",
                    help="HMAC key of snapshot files (also AKV_SNAPSHOT_SECRET; default: a 0600 file generated "
                         "in the snapshot dir)")
     s.add_argument("--snapshot-quota-gb", type=float, default=8.0,
                    help="disk quota of each tenant's snapshots (0: no limit)")
-    s.add_argument("--max-body-bytes", type=int, default=4 << 20,
-                   help="largest request body, declared or streamed (413 beyond; default 4 MiB)")
+    _add_body_option(s)
     s.add_argument("--max-candidates", type=int, default=64, help="most candidates of one /v1/akv/score request")
     s.add_argument("--max-score-tokens", type=int, default=4096,
                    help="most candidate tokens (all candidates together) of one /v1/akv/score request")
     s.add_argument("--intake-bytes", type=int, default=256 << 10,
                    help="chat and score bodies of at least this size are screened in a separate, lower-priority "
                         "process before the server parses them (0: never; default 256 KiB)")
-    s.add_argument("--key-concurrency", type=int, default=0,
-                   help="most model requests one API key may have in flight (429 beyond; 0: no limit)")
-    s.add_argument("--key-rate", type=float, default=0.0,
-                   help="requests a minute one API key may make (a token bucket; 429 with Retry-After beyond; 0: off)")
-    s.add_argument("--key-burst", type=int, default=0,
-                   help="the bucket's size for --key-rate (0: ten seconds' worth)")
-    s.add_argument("--policy", action="append", metavar="NAME=SPEC",
-                   help="serve model MODEL@NAME with the schedule this policy computes (repeatable). SPEC: a built-in "
-                        "policy (rolling_drop:keep_tool_responses=12), a module written by akv export (FILE.py, run in "
-                        "the sandbox), or a search run RUN_DIR[#PICK] (default pick: headline); docs/export.md")
-    s.add_argument("--policy-timeout", type=float, default=10.0,
-                   help="seconds (wall and CPU) one sandboxed policy call may take; a request whose schedule is not "
-                        "ready in 3x this is served without new drops")
+    _add_limit_and_policy_options(s)
     s.set_defaults(func=_serve)
+
+    px = sub.add_parser("proxy", help="serve policies as MODEL@NAME in front of a server that speaks the wire format")
+    px.add_argument("--upstream", required=True, metavar="URL",
+                    help="the server to forward to (akv serve, an AKV/SGLang server), e.g. http://10.0.0.5:30000; "
+                         "sent AKV_API_KEY when set, else each client's own Authorization header")
+    px.add_argument("--model", required=True, help="the upstream's model name (MODEL in MODEL@NAME)")
+    px.add_argument("--tokenizer", default=None,
+                    help="where MODEL's tokenizer comes from (a registered name or a local dir; default: --model)")
+    px.add_argument("--template", default=None, help=TEMPLATE_HELP.format(fallback="gemma"))
+    px.add_argument("--host", default="127.0.0.1")
+    px.add_argument("--port", type=int, default=30001)
+    px.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds to wait for the upstream's answer, and between two chunks of a stream")
+    _add_key_options(px)
+    _add_body_option(px)
+    _add_limit_and_policy_options(px)
+    px.set_defaults(func=_proxy)
 
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")
     which = e.add_mutually_exclusive_group()
@@ -717,7 +787,7 @@ def error_line(err: BaseException) -> str:
 
 
 # The template a command uses for a model without one of its own (kept for the first model's runs).
-_TEMPLATE_FALLBACK = {"eval": "plain", "oracle": "plain", "serve": "gemma", "live": "gemma"}
+_TEMPLATE_FALLBACK = {"eval": "plain", "oracle": "plain", "serve": "gemma", "proxy": "gemma", "live": "gemma"}
 
 
 def _resolve_template(args: argparse.Namespace) -> None:

@@ -19,26 +19,23 @@ that names one gets the policy's schedule.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 
 from engine.engine import Engine
-from engine.errors import AKVError, CapacityError
 from engine.served_policy import ServedPolicy
+from engine.server.handlers import install_error_handlers
 from engine.server.intake import Intake
 from engine.server.limits import BodyLimitMiddleware, ServerLimits, install_error_shape
 from engine.server.policies import Policies, PolicyCollector
 from engine.server.prometheus import Metrics
 from engine.server.ratelimit import Gate, TenantLimitMiddleware, TenantLimits
 from engine.server.routes import ROUTERS
-from engine.server.scheduler import Scheduler, TimeoutError_
-from engine.server.served import Served, error_response, usage_json
+from engine.server.scheduler import Scheduler
+from engine.server.served import Served, usage_json
 from engine.server.sessions import Sessions
 from engine.server.snapshots import SnapshotStore
 from engine.server.tenants import AuthMiddleware, Tenants
@@ -99,36 +96,7 @@ def create_app(engine: Engine, *, snapshot_dir: str | Path, max_queue: int = 64,
     install_error_shape(app)  # 404/405 and unexpected errors as OpenAI error objects
     app.add_middleware(TenantLimitMiddleware, gate=app.state.gate)  # 429 beyond a key's limits, body unread
     app.add_middleware(AuthMiddleware, tenants=tenants)  # 401 without a valid key; request.state.tenant
-    _install_error_handlers(app)
+    install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
     return app
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    """Every caller mistake as an OpenAI error object whose message names the field and value."""
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        err = exc.errors()[0] if exc.errors() else {}
-        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
-        if err.get("type") == "json_invalid":
-            return error_response(400, f"malformed JSON body: {err.get('ctx', {}).get('error', err.get('msg'))}",
-                                  "invalid_request_error", "body", "json_invalid")
-        shown = "missing" if err.get("type") == "missing" else json.dumps(err.get("input"), default=str)[:80]
-        return error_response(400, f"{loc or 'body'}: {err.get('msg', 'invalid')} (got {shown})",
-                              "invalid_request_error", loc or None, err.get("type"))
-
-    @app.exception_handler(AKVError)
-    async def _akv(request: Request, exc: AKVError) -> JSONResponse:
-        if isinstance(exc, CapacityError):
-            return error_response(503, str(exc), "overloaded_error", exc.field, "queue_full",
-                                  headers={"Retry-After": "1"})
-        if isinstance(exc, TimeoutError_):
-            return error_response(504, str(exc), "timeout_error", exc.field, "timeout")
-        code = getattr(exc, "code", None) or ("context_length_exceeded" if exc.status == 413 else type(exc).__name__)
-        return error_response(exc.status, str(exc), "invalid_request_error", exc.field, code)
-
-    @app.exception_handler(RuntimeError)
-    async def _internal(request: Request, exc: RuntimeError) -> JSONResponse:
-        return error_response(500, str(exc), "server_error")

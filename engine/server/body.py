@@ -155,21 +155,39 @@ def _path_of(node: Any, target: str, path: str = "") -> str | None:
     return None
 
 
-def parse_model(raw: bytes, model: type[M], max_depth: int) -> M:
-    """Parse and validate a body into ``model``.
+def parse_object(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """Parse a body that must hold one JSON object (strictly: :func:`parse_json`).
 
     Raises:
         RequestError: the body is not acceptable JSON, or not an object.
-        RequestValidationError: the object does not fit ``model`` (the app answers 400).
     """
     value = parse_json(raw, max_depth)
     if not isinstance(value, dict):
         raise RequestError(f"body: a request body must be a JSON object, got {type(value).__name__}",
                            code="invalid_type", field="body", value=show(value, 40))
+    return value
+
+
+def validate(value: dict[str, Any], model: type[M]) -> M:
+    """``value`` (a parsed body) as ``model``.
+
+    Raises:
+        RequestValidationError: the object does not fit ``model`` (the app answers 400).
+    """
     try:
         return model.model_validate(value)
     except ValidationError as err:
         raise RequestValidationError(err.errors(include_url=False, include_context=False)) from None
+
+
+def parse_model(raw: bytes, model: type[M], max_depth: int) -> M:
+    """Parse and validate a body into ``model`` (:func:`parse_object`, then :func:`validate`).
+
+    Raises:
+        RequestError: the body is not acceptable JSON, or not an object.
+        RequestValidationError: the object does not fit ``model`` (the app answers 400).
+    """
+    return validate(parse_object(raw, max_depth), model)
 
 
 def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:

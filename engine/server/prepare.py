@@ -16,9 +16,12 @@ policy's schedule here too, from the served model's token counts (:func:`with_po
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import Any
 
 from engine.engine import Engine
-from engine.errors import AKVError, MessageError
+from engine.errors import AKVError, MessageError, show
+from engine.layout import Renderer
 from engine.request import Request
 from engine.results import Prepared
 from engine.sampling import SamplingParams
@@ -40,23 +43,54 @@ def _schedule(messages: list, body: dict) -> Schedule:
     return parse_schedule(body, n_messages=len(messages))
 
 
+def check_fields(req: ChatRequest, policy: ServedPolicy | None, model: str) -> None:
+    """The chat route's refusals of a body's fields, before any request object is made: schedule
+    fields with a served policy's model (it gives the schedule), ``n`` other than 1, and fields of
+    ``engine.server.schemas.UNSUPPORTED`` set. ``model``: the served model's name (for the message).
+
+    Raises:
+        AKVError: the first refusal (400).
+    """
+    if policy is not None:
+        sent = next((k for k, v in req.schedule().items() if v is not None), None)
+        if sent is not None:
+            raise AKVError(f"{sent}: model {req.model!r} gets its schedule from policy {policy.name!r}; send no "
+                           f"schedule fields with it (or name model {model!r} and send your own)",
+                           field=sent, value=req.model)
+    if req.n != 1:
+        raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
+    unsupported = req.unsupported()
+    if unsupported is not None:
+        name, value = unsupported
+        raise AKVError(f"{name}: not supported by this server, got {show(value)} (leave it unset: the reply "
+                       "would ignore it)", field=name, value=value)
+
+
+def build_chat(req: ChatRequest, template_stop: Sequence[str], salt: str | None = None) -> Request:
+    """The request object of a validated chat body, unscreened, in the order of the checks: the
+    request's tools onto message 0 (``engine.template.attach_tools``), sampling values (with
+    ``template_stop`` after the request's stop strings), ``tool_choice``, messages and schedule.
+
+    Raises:
+        AKVError subclasses: bad tools, sampling values, ``tool_choice``, messages or schedule (400).
+    """
+    messages = attach_tools(req.messages, req.tools)  # rendered in the system turn where the template does
+    sampling = SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed,
+                              tuple(req.stop_list()) + tuple(template_stop), req.ignore_eos, req.min_tokens)
+    opening = forced_opening(req.tool_choice, req.tools)
+    return Request(messages, _schedule(messages, req.schedule()), sampling, req.prefix, req.tool_choice,
+                   req.tools, opening, salt)
+
+
 def chat_request(req: ChatRequest, window: ContextWindow, salt: str | None = None) -> Request:
-    """The request object of a validated chat body, screened by ``window`` (no tokenizing), in the
-    order of the checks: the request's tools onto message 0 (``engine.template.attach_tools``),
-    sampling values (with the template's stop strings after the request's), ``tool_choice``,
-    messages and schedule, the window by message count and by text length.
+    """The request object of a validated chat body (:func:`build_chat`), screened by ``window`` (no
+    tokenizing): by message count and by text length.
 
     Raises:
         AKVError subclasses: bad tools, sampling values, ``tool_choice``, messages or schedule
             (400), a prompt beyond the context window (413).
     """
-    messages = attach_tools(req.messages, req.tools)  # rendered in the system turn where the template does
-    sampling = SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed,
-                              tuple(req.stop_list()) + tuple(window.renderer.template.stop), req.ignore_eos,
-                              req.min_tokens)
-    opening = forced_opening(req.tool_choice, req.tools)
-    request = Request(messages, _schedule(messages, req.schedule()), sampling, req.prefix, req.tool_choice,
-                      req.tools, opening, salt)
+    request = build_chat(req, window.renderer.template.stop, salt)
     window.screen(request)
     return request
 
@@ -116,8 +150,9 @@ def prepare_chat(engine: Engine, req: ChatRequest, sessions: Sessions, session: 
     except AKVError as err:
         if err.transient or err.status != 400 or not request.schedule:
             raise
-        refused = _without_drops(request, policy.policy.name, sessions, session, PolicyOutcome.REFUSED,
+        fallback = without_drops(policy.policy.name, sessions, session, PolicyOutcome.REFUSED,
                                  f"the engine refused the schedule: {err}")
+    refused = dataclasses.replace(request, schedule=fallback.schedule, policy=fallback.report)
     sessions.check(session, refused.messages, refused.schedule)
     return engine.prepare_request(refused)
 
@@ -126,33 +161,54 @@ def with_policy(engine: Engine, request: Request, step: PolicyStep, sessions: Se
                 ) -> Request:
     """``request`` (screened, no schedule of its own) with the schedule ``step.policy`` computes from
     its messages and their token counts under ``engine``'s renderer, and the report
-    (``request.policy``). A failure serves the policy's fallback; with none, the session's last
-    schedule (``session``), else no drops.
+    (``request.policy``): :func:`policy_schedule`.
 
     Raises:
         AKVError subclasses: the messages cannot be rendered (the caller's mistake, 400).
     """
-    counts = engine.render(request.messages).message_tokens
-    decided = step.policies.decide(step.policy, list(request.messages), counts)
+    decided = policy_schedule(engine.renderer, request.messages, step, sessions, session)
+    return dataclasses.replace(request, schedule=decided.schedule, policy=decided.report)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheduled:
+    """The schedule a served policy gave one request, and how it was made."""
+
+    schedule: Schedule
+    report: PolicyReport
+
+
+def policy_schedule(renderer: Renderer, messages: Sequence[Any], step: PolicyStep, sessions: Sessions,
+                    session: str | None) -> Scheduled:
+    """The schedule ``step.policy`` computes for ``messages`` (the request's tools on message 0) from
+    their token counts under ``renderer``, with its report. A failure serves the policy's fallback;
+    with none, the session's last schedule (``session``), else no drops. The server
+    (:func:`with_policy`) and the proxy (``engine.server.proxy``) both decide here.
+
+    Raises:
+        AKVError subclasses: the messages cannot be rendered (the caller's mistake, 400).
+    """
+    counts = renderer.render(messages).message_tokens
+    decided = step.policies.decide(step.policy, list(messages), counts)
     report = decided.report
     if decided.wire is None:
         if report.ok:
-            return dataclasses.replace(request, policy=report)
-        return _without_drops(request, report.name, sessions, session, report.outcome, report.reason)
+            return Scheduled(EMPTY, report)
+        return without_drops(report.name, sessions, session, report.outcome, report.reason)
     try:
-        schedule = parse_schedule(decided.wire, n_messages=len(request.messages))
+        schedule = parse_schedule(decided.wire, n_messages=len(messages))
     except AKVError as err:
-        return _without_drops(request, report.name, sessions, session, PolicyOutcome.REFUSED,
-                              f"the engine refused the schedule: {err}")
-    return dataclasses.replace(request, schedule=schedule, policy=report)
+        return without_drops(report.name, sessions, session, PolicyOutcome.REFUSED,
+                             f"the engine refused the schedule: {err}")
+    return Scheduled(schedule, report)
 
 
-def _without_drops(request: Request, name: str, sessions: Sessions, session: str | None, outcome: PolicyOutcome,
-                   reason: str) -> Request:
-    """``request`` served by policy ``name`` with no new drops: the session's last schedule, or the full cache."""
+def without_drops(name: str, sessions: Sessions, session: str | None, outcome: PolicyOutcome,
+                  reason: str) -> Scheduled:
+    """Policy ``name``'s failure served with no new drops: the session's last schedule, or the full cache."""
     last = sessions.schedule_of(session)
     report = PolicyReport(name, outcome, one_line(reason), "previous" if last else "full")
-    return dataclasses.replace(request, schedule=last or EMPTY, policy=report)
+    return Scheduled(last or EMPTY, report)
 
 
 def prepare_score(engine: Engine, req: ScoreRequest, limits: ServerLimits, salt: str | None) -> Prepared:

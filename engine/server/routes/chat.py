@@ -18,12 +18,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.errors import AKVError, show
+from engine.errors import AKVError
 from engine.request import Request as EngineRequest
 from engine.results import ChatResult
 from engine.served_policy import PolicyReport
 from engine.server.body import json_body
-from engine.server.prepare import PolicyStep, prepare_chat
+from engine.server.prepare import PolicyStep, check_fields, prepare_chat
 from engine.server.schemas import ChatRequest
 from engine.server.served import Served, ServedDep, usage_json
 from engine.server.tenants import tenant_of
@@ -43,19 +43,7 @@ async def chat(req: ChatBody, request: Request, s: ServedDep) -> Any:
     if missing is not None:
         return missing
     policy = s.policy_of(req.model)
-    if policy is not None:
-        sent = next((k for k, v in req.schedule().items() if v is not None), None)
-        if sent is not None:
-            raise AKVError(f"{sent}: model {req.model!r} gets its schedule from policy {policy.name!r}; send no "
-                           f"schedule fields with it (or name model {s.engine.name!r} and send your own)",
-                           field=sent, value=req.model)
-    if req.n != 1:
-        raise AKVError(f"n: only n=1 is supported, got {req.n}", field="n", value=req.n)
-    unsupported = req.unsupported()
-    if unsupported is not None:
-        name, value = unsupported
-        raise AKVError(f"{name}: not supported by this server, got {show(value)} (leave it unset: the reply "
-                       "would ignore it)", field=name, value=value)
+    check_fields(req, policy, s.engine.name)
     # the request object, its validation, session check and tokenization on a pool thread, never on
     # the engine thread; from here on the same object goes to the scheduler, the engine and its decoder
     step = PolicyStep(s.policies, policy) if policy is not None else None
