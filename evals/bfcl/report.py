@@ -72,10 +72,11 @@ def summarize(results: Sequence[TaskJudgement], policies: Sequence[str]) -> list
     rows = []
     for policy in policies:
         mine = [r for r in results if r.policy == policy]
+        reference = [] if policy == FULL else full  # the full cache's retention of itself says nothing
         categories = sorted({r.category for r in mine})
-        rows.append({"policy": policy, **_scores(mine, full),
+        rows.append({"policy": policy, **_scores(mine, reference),
                      "per_category": {c: _scores([r for r in mine if r.category == c],
-                                                 [r for r in full if r.category == c]) for c in categories}})
+                                                 [r for r in reference if r.category == c]) for c in categories}})
     return rows
 
 

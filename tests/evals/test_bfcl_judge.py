@@ -84,6 +84,7 @@ def test_retention_pairs_turns_with_the_full_cache():
     assert rows[1]["retention"]["rate"] == 0.5 and rows[1]["retention"]["n"] == 2
     assert rows[1]["turn_accuracy"]["rate"] == pytest.approx(2 / 3) and rows[1]["task_accuracy"]["rate"] == 0
     assert summarize([run("p", [True])], ["p"])[0]["retention"] is None  # no full-cache run: no retention
+    assert rows[0]["retention"] is None  # the full cache against itself: no retention
 
 
 def test_the_diagnostic_and_non_bfcl_tasks_are_refused(engine, small_task, tasks):
