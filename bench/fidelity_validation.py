@@ -1,20 +1,31 @@
-"""Does probe-free fidelity rank policies as the probes do? ``python -m bench.fidelity_validation RUN [RUN ...]``
+"""Does probe-free fidelity rank policies as the probes do?
 
-Every policy that finished searches evaluated with the model on all their train tasks (experts,
-tuned settings, the main search's programs and the ablation arms' programs; ``bench.fidelity_runs``
-collects them, deduplicated by policy key across runs that share their train tasks) already has its
-probe results in the runs' stores. Here each is measured again without its probes: the recorded
-assistant turns of the same tasks scored under the policy's schedule and under the full cache
-(``evals.cache.log_fidelity.measure``), with the run's model, template and frame guard.
+    python -m bench.fidelity_validation --suites mixed,horizon [--tasks 4] [--policies "SPEC;SPEC"]
+    python -m bench.fidelity_validation RUN [RUN ...]
 
-Reported: the Spearman rank correlation over policies between probe pass and each fidelity
-statistic (mean per-turn change of log-likelihood per token; the worst turn, averaged over tasks;
-the share of tasks passing at ``--bound``), with a 95% interval from a bootstrap over tasks (the
-tasks resampled, every policy's two numbers recomputed on the draw); the same over (policy, task)
-cells; and the cases where the two disagree most: policies that lose probes while every recorded
-turn keeps its likelihood (a fact asked only later, which no recorded turn needed), and the reverse.
+Suite mode (``--suites``; ``bench.fidelity_suites``): no run directory is needed. Each policy (the
+config notation ``name:k=v,k=v``; by default ``bench.fidelity_suites.SPREAD``, chosen to spread over
+probe pass: the full cache, rolling drop at K from 1 to 12, read_drop, thinking_drop, scored_drop and
+the text baselines at settings that lose probes on purpose) is evaluated with the model on the first
+``--tasks`` train tasks of each suite (evenly by family, as searches choose them) twice: with probes
+(the evaluator's pass, in ``--probe-dtype``) and by fidelity (in ``--dtype``), both under the frame
+guard, loglik scoring, as the searches run. Writes ``bench/results/fidelity-validation.json``.
 
-Prints a table and writes ``bench/results/fidelity-validation-<suite>.json``. A benchmark, not a test.
+Run mode (``RUN ...``): every policy that finished searches evaluated with the model on all their
+train tasks (experts, tuned settings, the main search's programs and the ablation arms' programs;
+``bench.fidelity_runs`` collects them, deduplicated by policy key across runs that share their train
+tasks) already has its probe results in the runs' stores; each is measured again without its probes
+with the run's model, template and frame guard. Writes ``bench/results/fidelity-validation-<suite>.json``.
+
+Reported (``bench.fidelity_stats``): the Spearman rank correlation over policies between probe pass
+and each fidelity statistic (mean per-turn change of log-likelihood per token; the worst turn,
+averaged over tasks; the share of tasks passing at ``--bound``), with a 95% interval from a bootstrap
+over tasks (the tasks resampled, every policy's two numbers recomputed on the draw), Kendall's tau-b
+beside it; the same over (policy, task) cells; the cases where the two disagree most: a (policy,
+task) that loses probes while every recorded turn keeps its likelihood (a fact asked only later,
+which no recorded turn needed). Suite mode adds the ties (the share of policies at probe pass 1.0, the
+share of policy pairs tied) and each statistic's range over all policies, naming the policies at
+both ends, per suite and pooled. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -31,18 +42,23 @@ from tqdm import tqdm
 
 from bench import RESULTS, write_result
 from bench.fidelity_runs import run_policy_results
+from bench.fidelity_stats import STATISTICS, per_task, rank_correlations
+from bench.fidelity_suites import SPREAD, evaluate_suite, report
 from engine.engine import Engine
 from evals.cache.evaluator import PolicySpec, Replay, TaskResult
-from evals.cache.fidelity import spearman
-from evals.cache.log_fidelity import LogFidelity, measure, passes
+from evals.cache.log_fidelity import LogFidelity, measure
 from evals.tasks import load_suite, select_tasks
 from evals.tasks.schema import Task
+from rsi.cache.config import config_from_dict
 from rsi.rundir import RunDir
 
-MEASURES = ["engine", "evals/cache", "bench/fidelity_runs.py"]
+MEASURES = ["engine", "evals/cache", "search_spaces", "bench/fidelity_runs.py", "bench/fidelity_stats.py",
+            "bench/fidelity_suites.py"]
 """What this result depends on: a change to one makes it stale (``bench.render_results``)."""
 
-STATISTICS = ("mean_delta", "worst_delta", "bound_pass")
+RUNS_NOTE = ("no run directory: the policies are built-in families at fixed settings (several families and "
+             "settings, chosen to spread over probe pass), each evaluated here with probes and by fidelity on "
+             "train tasks of several suites")
 
 
 def collect(runs: list[Path]) -> tuple[Any, list[Task], list[tuple[PolicySpec, list[TaskResult]]]]:
@@ -71,48 +87,16 @@ def collect(runs: list[Path]) -> tuple[Any, list[Task], list[tuple[PolicySpec, l
     return first[0], first[1], list(seen.values())
 
 
-def statistics(rows: list[LogFidelity], bound: float) -> dict[str, np.ndarray]:
-    """Per task: the mean and the worst per-turn change, and whether the task passes at ``bound``."""
-    return {"mean_delta": np.array([r.mean_delta for r in rows]),
-            "worst_delta": np.array([r.worst_delta for r in rows]),
-            "bound_pass": np.array([float(passes(r, bound)) for r in rows])}
+def _print_table(title: str, corr: dict[str, Any], n_policies: int, n_cells: int) -> None:
+    print(f"\n{title}\n| statistic | Spearman over {n_policies} policies [95% CI, tasks resampled] | Kendall tau-b "
+          f"[95% CI] | over {n_cells} (policy, task) cells |\n|---|---|---|---|")
+    for name, c in corr.items():
+        print(f"| {name} | {c['spearman']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] | {c['kendall_tau_b']:+.3f} "
+              f"[{c['kendall_ci95'][0]:+.3f}, {c['kendall_ci95'][1]:+.3f}] | {c['spearman_cells']:+.3f} |")
 
 
-def correlations(passed: np.ndarray, probes: np.ndarray, stats: dict[str, np.ndarray], samples: int,
-                 seed: int) -> dict[str, Any]:
-    """Spearman over policies between probe pass and each statistic (arrays: policy x task), with a
-    bootstrap over tasks; and over (policy, task) cells."""
-    n_tasks = passed.shape[1]
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_tasks, size=(samples, n_tasks))
-    out = {}
-    for name, values in stats.items():
-        def rho(idx: np.ndarray, v: np.ndarray = values) -> float:
-            rate = passed[:, idx].sum(axis=1) / np.maximum(1, probes[:, idx].sum(axis=1))
-            return spearman(list(v[:, idx].mean(axis=1)), list(rate))
-
-        point = rho(np.arange(n_tasks))
-        boot = np.array([rho(i) for i in draws])
-        boot = boot[np.isfinite(boot)]
-        cells = spearman(list(values.ravel()), list((passed / np.maximum(1, probes)).ravel()))
-        out[name] = {"spearman": point, "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
-                     if len(boot) else [float("nan")] * 2, "spearman_cells": cells}
-    return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("runs", nargs="+", type=Path)
-    p.add_argument("--bound", type=float, default=None, help="fidelity bound (default: the runs' eval.fidelity_bound)")
-    p.add_argument("--first-tokens", action="store_true", help="also generate each turn's greedy first token")
-    p.add_argument("--samples", type=int, default=2000)
-    p.add_argument("--out", default=None)
-    p.add_argument("--model", default=None, help="measure fidelity with this model instead of the runs' (a smoke test)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N policies (a smoke test)")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
-                   help="the engine's dtype for the fidelity (default: the runs'; their probe results stay theirs)")
-    p.add_argument("--tasks", type=int, default=None, help="only the first N train tasks (one per family first)")
-    args = p.parse_args(argv)
+def run_mode(args: argparse.Namespace, command: str) -> Path:
+    """The run mode (module docstring): probe results from the runs' stores, fidelity measured here."""
     config, tasks, policies = collect(args.runs)
     policies = policies[:args.limit] if args.limit else policies
     if args.tasks:
@@ -134,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     labels = [s.display for s in specs]
     passed = np.array([[r.n_passed for r in results] for _, results in policies], dtype=float)
     probes = np.array([[len(r.probes) for r in results] for _, results in policies], dtype=float)
-    per = [statistics(fid[label], bound) for label in labels]
+    per = [per_task(fid[label], bound) for label in labels]
     stats = {name: np.stack([x[name] for x in per]) for name in STATISTICS}
-    corr = correlations(passed, probes, stats, args.samples, seed=0)
+    corr = {k: c.as_dict() for k, c in rank_correlations(passed, probes, stats, samples=args.samples, seed=0).items()}
     rate = passed.sum(axis=1) / probes.sum(axis=1)
     rows: list[dict[str, Any]] = [
             {"policy": label, "probe_pass": float(rate[i]), "mean_delta": float(stats["mean_delta"][i].mean()),
@@ -151,21 +135,88 @@ def main(argv: list[str] | None = None) -> int:
     misses = [{"policy": r["policy"], "task": c["task"], "probes_passed": c["probes_passed"], "probes": c["probes"],
                "worst_delta": c["worst_delta"]}
               for r in rows for c in r["per_task"] if c["probes_passed"] < c["probes"] and c["worst_delta"] >= -bound]
-    print(f"\n| statistic | Spearman over {len(labels)} policies [95% CI, tasks resampled] | over "
-          f"{len(labels) * len(tasks)} (policy, task) cells |\n|---|---|---|")
-    for name, c in corr.items():
-        print(f"| {name} | {c['spearman']:+.3f} [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}] "
-              f"| {c['spearman_cells']:+.3f} |")
+    _print_table(config.data.suite, corr, len(labels), len(labels) * len(tasks))
     print(f"\n{len(misses)} (policy, task) cells lose a probe while every recorded turn stays within the bound "
           f"{bound}: facts asked only later")
     out = Path(args.out) if args.out else RESULTS / f"fidelity-validation-{config.data.suite}.json"
-    write_result(out, {"runs": [str(r) for r in args.runs], "suite": config.data.suite,
-                       "tasks": [t.id for t in tasks], "model": model, "dtype": dtype, "probe_dtype": config.dtype,
-                       "frame_guard": config.eval.frame_guard, "bound": bound, "policies": len(labels),
-                       "correlations": corr, "rows": rows, "probe_lost_within_bound": misses,
-                       "seconds": time.perf_counter() - t0,
-                       "command": "python -m bench.fidelity_validation " + " ".join(argv or sys.argv[1:])},
-                 measures=MEASURES)
+    return write_result(out, {"runs": [str(r) for r in args.runs], "suite": config.data.suite,
+                              "tasks": [t.id for t in tasks], "model": model, "dtype": dtype,
+                              "probe_dtype": config.dtype, "frame_guard": config.eval.frame_guard, "bound": bound,
+                              "policies": len(labels), "correlations": corr, "rows": rows,
+                              "probe_lost_within_bound": misses, "seconds": time.perf_counter() - t0,
+                              "command": command}, measures=MEASURES)
+
+
+def suite_mode(args: argparse.Namespace, command: str) -> Path:
+    """The suite mode (module docstring): every policy evaluated here, with probes and by fidelity."""
+    texts = [t.strip() for t in (args.policies.split(";") if args.policies else SPREAD) if t.strip()]
+    specs = [PolicySpec.parse(t) for t in texts][:args.limit]
+    for spec in specs:
+        spec.build()  # an unknown family or parameter stops here, before the model loads
+    labels = [s.display for s in specs]
+    if len(set(labels)) != len(labels) or len(specs) < 3:
+        raise SystemExit(f"bench.fidelity_validation: at least 3 distinct policies needed, got {labels}")
+    suites = [x.strip() for x in args.suites.split(",") if x.strip()]
+    config = config_from_dict({"name": "fidelity-validation", "model": {"name": args.model, "template": args.template},
+                               "eval": {"scoring": "loglik", "generate": False, "frame_guard": True,
+                                        **({} if args.bound is None else {"fidelity_bound": args.bound})}})
+    eval_config, bound = config.eval_config(), float(config.eval.fidelity_bound)
+    tasks = {s: select_tasks(load_suite(s, "train"), args.tasks or 4) for s in suites}
+    dtype, probe_dtype = args.dtype or "bfloat16", args.probe_dtype
+    where = ", ".join(f"{len(t)} train tasks of {s}" for s, t in tasks.items())
+    print(f"{len(specs)} policies on {where} ({args.model}; probes in {probe_dtype}, fidelity in {dtype}; "
+          "frame guard on)", flush=True)
+    t0 = time.perf_counter()
+    engines = {d: Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, d),
+                                         pool_bytes=int(args.pool_gb * (1 << 30))) for d in {dtype, probe_dtype}}
+    probe_replay = Replay(engines[probe_dtype], eval_config)
+    fidelity_replay = probe_replay if dtype == probe_dtype else Replay(engines[dtype], eval_config)
+    evals = [evaluate_suite(s, t, specs, probe_replay, fidelity_replay, bound) for s, t in tasks.items()]
+    groups = report(evals, bound, samples=args.samples, seed=0)
+    for name, g in groups.items():
+        _print_table(f"{name}: probe pass ties: {g['ties']['probe_pass']['at_top']:.0%} of policies at 1.0, "
+                     f"{g['ties']['probe_pass']['pairs_tied']:.0%} of pairs tied", g["correlations"], g["policies"],
+                     g["policies"] * len(g["tasks"]))
+        for stat, e in g["ranges"].items():
+            print(f"  {stat}: {e['min']:+.4f} ({', '.join(e['min_policies'][:3])}) .. {e['max']:+.4f} "
+                  f"({', '.join(e['max_policies'][:3])})")
+    return write_result(Path(args.out) if args.out else RESULTS / "fidelity-validation.json", {
+        "mode": "suites", "runs": [], "sources": RUNS_NOTE, "suites": suites, "model": args.model,
+        "template": args.template, "dtype": dtype, "probe_dtype": probe_dtype, "pool_gb": args.pool_gb,
+        "eval": eval_config.as_dict(), "bound": bound, "samples": args.samples, "policies": texts[:len(specs)],
+        "groups": groups, "seconds": time.perf_counter() - t0, "command": command}, measures=MEASURES)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="*", type=Path, help="run directories (the run mode)")
+    p.add_argument("--suites", default=None, help="comma-separated suites (the suite mode), e.g. mixed,horizon")
+    p.add_argument("--policies", default=None, help="suite mode: 'SPEC;SPEC;...' in the config notation "
+                   "name:k=v,k=v (default: bench.fidelity_suites.SPREAD)")
+    p.add_argument("--template", default="plain", help="suite mode: the chat template (default: plain, as searches)")
+    p.add_argument("--probe-dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="suite mode: the engine's dtype for the probes (default: float32, as searches on CPU)")
+    p.add_argument("--pool-gb", type=float, default=4.0, help="suite mode: each engine's KV pool (default 4, as "
+                   "the experiments' configs)")
+    p.add_argument("--bound", type=float, default=None, help="fidelity bound (default: the runs' eval.fidelity_bound)")
+    p.add_argument("--first-tokens", action="store_true", help="run mode: also generate each turn's greedy first token")
+    p.add_argument("--samples", type=int, default=2000)
+    p.add_argument("--out", default=None)
+    p.add_argument("--model", default=None, help="the model (suite mode default gemma-3-270m; run mode: the runs')")
+    p.add_argument("--limit", type=int, default=None, help="only the first N policies (a smoke test)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                   help="the engine's dtype for the fidelity (default: the runs'; suite mode: bfloat16)")
+    p.add_argument("--tasks", type=int, default=None,
+                   help="only the first N train tasks (one per family first; suite mode default 4 per suite)")
+    args = p.parse_args(argv)
+    if bool(args.runs) == bool(args.suites):
+        p.error("give run directories (run mode) or --suites (suite mode), not both")
+    command = "python -m bench.fidelity_validation " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.suites:
+        args.model = args.model or "gemma-3-270m"
+        suite_mode(args, command)
+    else:
+        run_mode(args, command)
     return 0
 
 
