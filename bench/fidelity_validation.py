@@ -184,7 +184,8 @@ def suite_mode(args: argparse.Namespace, command: str) -> Path:
         "mode": "suites", "runs": [], "sources": RUNS_NOTE, "suites": suites, "model": args.model,
         "template": args.template, "dtype": dtype, "probe_dtype": probe_dtype, "pool_gb": args.pool_gb,
         "eval": eval_config.as_dict(), "bound": bound, "samples": args.samples, "policies": texts[:len(specs)],
-        "groups": groups, "seconds": time.perf_counter() - t0, "command": command}, measures=MEASURES)
+        "groups": groups, "seconds": time.perf_counter() - t0, "command": command}, measures=MEASURES,
+        judge=f"{args.model} probes ({eval_config.scoring}, {probe_dtype}, frame guard {eval_config.frame_guard})")
 
 
 def main(argv: list[str] | None = None) -> int:

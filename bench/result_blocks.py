@@ -341,6 +341,43 @@ def first_fidelity(r: Results) -> str:
             f"in {data['probe_dtype']} as the runs stored them. " + source(name))
 
 
+def _num(v: Any, fmt: str) -> str:
+    return "n/a" if v is None or v != v else format(v, fmt)  # NaN: an undefined correlation
+
+
+def _ends(rng: Mapping[str, Any], fmt: str) -> str:
+    def side(which: str) -> str:
+        names = rng[f"{which}_policies"]
+        more = f" and {len(names) - 2} more" if len(names) > 2 else ""
+        return f"{_num(rng[which], fmt)} ({', '.join(names[:2])}{more})"
+    return f"{side('min')} to {side('max')}"
+
+
+def spread_fidelity(r: Results) -> str:
+    """The validation over a spread of policies (``bench.fidelity_validation --suites``): per suite and
+    pooled, each statistic's Spearman and Kendall with intervals, the ties, the full ranges."""
+    name = "fidelity-validation.json"
+    data = r(name)
+    rows, notes = [], []
+    for group, g in need(data, "groups").items():
+        ties = need(g, "ties", "probe_pass")
+        for stat, c in need(g, "correlations").items():
+            rows.append([group, str(g["policies"]), str(len(g["tasks"])), STAT_LABELS[stat],
+                         f"{_num(c['spearman'], '+.2f')} [{_num(c['ci95'][0], '+.2f')}, {_num(c['ci95'][1], '+.2f')}]",
+                         f"{_num(c['kendall_tau_b'], '+.2f')}",
+                         f"{ties['at_top']:.0%} at {ties['top']:.2f}; {ties['pairs_tied']:.0%} of pairs tied"])
+        ranges = need(g, "ranges")
+        notes.append(f"- `{group}`: probe pass from {_ends(ranges['probe_pass'], '.2f')}; mean change per token "
+                     f"from {_ends(ranges['mean_delta'], '+.3f')}; worst turn from "
+                     f"{_ends(ranges['worst_delta'], '+.3f')}.")
+    return (table(["suite", "policies", "train tasks", "fidelity statistic", "Spearman with probe pass [95% CI]",
+                   "Kendall tau-b", "probe-pass ties"], rows)
+            + "\n\nThe full range of each measure over every policy (the policies at each end):\n\n"
+            + "\n".join(notes)
+            + f"\n\nModel {data['model']}, probes in {data['probe_dtype']}, fidelity in {data['dtype']}, frame guard "
+              f"{'on' if need(data, 'eval', 'frame_guard') else 'off'}; {data['sources']}. " + source(name))
+
+
 def survival(r: Results) -> str:
     name = "ablation-survival.json"
     rows = []
@@ -426,7 +463,7 @@ def sources(r: Results) -> str:
                       f"{state.since[:7] if state.since else '?'}")
         else:
             status = "current" + (f" (rerun found the same: `{cleared}`)" if cleared else "")
-        at = f"ran at {prov.commit[:7]}" if prov.commit else \
+        at = f"ran at {prov.commit[:7]}{' with uncommitted changes' if prov.dirty else ''}" if prov.commit else \
             f"stored in {prov.recorded_in[:7]}" if prov.recorded_in else "commit unknown"
         unknown = f"; unknown: {', '.join(prov.unknown)}" if prov.unknown else ""
         rows.append([f"`{name}`", f"`{prov.command.strip()}`" if prov.command else "not recorded",
@@ -471,7 +508,8 @@ BLOCKS: dict[str, Block] = {
     "transfer-live": Block(("live-qwen2.5-coder-1.5b-pages-end.json",), live),
     "transfer-log": Block(("log-search-logs-default1-probe-check.json",), log_check),
     "speed": Block(("speed-summary.json", "engine-qwen2.5-coder-1.5b.json"), speed),
-    "fidelity": Block(("fidelity-validation-mixed.json",), first_fidelity),
+    "fidelity": Block(("fidelity-validation.json",), spread_fidelity),
+    "fidelity-first": Block(("fidelity-validation-mixed.json",), first_fidelity),
     "survival": Block(("ablation-survival.json",), survival),
     "readme-bench": Block(("engine-gemma-3-270m.json", "engine-qwen2.5-coder-1.5b.json", "server-load.json",
                            "server-limits-gemma-3-270m.json", "eval-throughput.json", "ray-executor.json",
