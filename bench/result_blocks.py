@@ -378,6 +378,31 @@ def spread_fidelity(r: Results) -> str:
               f"{'on' if need(data, 'eval', 'frame_guard') else 'off'}; {data['sources']}. " + source(name))
 
 
+def bfcl(r: Results) -> str:
+    """BFCL multi-turn judged by its own checker: each policy's turn and task accuracy."""
+    name = "bfcl-long-heldout-qwen2.5-coder-1.5b.json"
+    data = r(name)
+
+    def rate(x: Mapping[str, Any] | None) -> str:
+        return "-" if not x or x["ci95"] is None else f"{x['rate']:.3f} {ci(x['ci95'], '.2f')} (n={x['n']})"
+
+    rows = [[p["policy"], rate(p["turn_accuracy"]), rate(p["task_accuracy"]), rate(p["retention"]),
+             str(p["failed"])] for p in need(data, "policies")]
+    misses: dict[str, int] = {}
+    for task in need(data, "tasks"):
+        for turn in task["turns"]:
+            if not turn["passed"]:
+                reason = turn["reason"] or "?"
+                kind = reason.split(":")[1] if ":" in reason else reason
+                misses[kind] = misses.get(kind, 0) + 1
+    return (table([f"policy ({data['model']} {data['dtype']}, {data['suite']} {data['split']})",
+                   "turn accuracy [95% CI]", "task accuracy [95% CI]", "retention vs full", "failed"], rows)
+            + f"\n\nJudge: {data['judge']}; tool_choice {need(data, 'config', 'tool_choice')}, at most "
+              f"{data['config']['max_steps']} replies a turn. Turns missed, by the checker's reason: "
+              + ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda kv: -kv[1]))
+              + f". {data['note']}. " + source(name))
+
+
 def survival(r: Results) -> str:
     name = "ablation-survival.json"
     rows = []
@@ -506,6 +531,7 @@ BLOCKS: dict[str, Block] = {
     "search-earlier": Block(tuple(n for n, _ in EARLIER), earlier_pools),
     "transfer-judge": Block(("rejudge-mixed-qwen-judged1-qwen2.5-coder-1.5b-both.json",), rejudged),
     "transfer-live": Block(("live-qwen2.5-coder-1.5b-pages-end.json",), live),
+    "transfer-bfcl": Block(("bfcl-long-heldout-qwen2.5-coder-1.5b.json",), bfcl),
     "transfer-log": Block(("log-search-logs-default1-probe-check.json",), log_check),
     "speed": Block(("speed-summary.json", "engine-qwen2.5-coder-1.5b.json"), speed),
     "fidelity": Block(("fidelity-validation.json",), spread_fidelity),
