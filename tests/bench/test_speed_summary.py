@@ -35,7 +35,9 @@ def test_rows_follow_the_sources_and_a_missing_one_is_a_missing_value(tmp_path, 
     assert len(flood) == 2 and all(r["value"] is None and r["shown"] == "missing" for r in flood)
     # the run's figure is kept with the results: later summaries have it without --run
     kept = json.loads((tmp_path / "screen-in-search-m.json").read_text())
+    provenance = kept.pop("provenance")
     assert kept == {"run": "run", "speed": {"ratio": 3500.0}}
+    assert provenance["command"] and provenance["measures"] == ["engine", "evals/cache", "search_spaces", "rsi/cache"]
     again = {r["measure"]: r for r in summary(tmp_path, "m", None)}
     assert again["screen vs model inside a search"]["value"] == 3500.0
     assert again["screen vs model inside a search"]["source"].endswith("screen-in-search-m.json")
