@@ -369,21 +369,19 @@ def spec_with_gguf(name: str) -> ModelSpec:
     return spec
 
 
-def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -> LeanModel:
-    """``model`` (a named model loaded on CPU) with its GGUF's decode forms (:func:`build`), converted
-    into the cache at the first call for this ``q6_k`` form and activation dtype.
+def decode_file(spec: ModelSpec, q6_k: str = "dense", dtype: torch.dtype = torch.bfloat16) -> Path:
+    """The cached decode forms of ``spec``'s GGUF for ``q6_k`` and activation ``dtype``
+    (``models/<name>-gguf-<q6_k>-<dtype>/decode.safetensors``), converted at the first call with a
+    progress line on stderr, and again after a torch upgrade (the packed layout is torch's).
 
     Raises:
-        ModelLoadError: ``model`` is not a named model with a GGUF (a local checkpoint or a tiny
-            one), not on CPU, or its GGUF is of another architecture.
+        ModelLoadError: an unknown ``q6_k``, the GGUF's packages are missing, or its architecture
+            is not supported.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     from engine.models.loading import converted_dir, dtype_name, gguf_file
 
-    spec = spec_with_gguf(model.name)
-    if model.device.type != "cpu":
-        raise ModelLoadError(f"--weights gguf runs on CPU only, not {model.device}", field="weights", value="gguf")
     if q6_k not in Q6K_FORMS:
         raise ModelLoadError(f"q6_k must be one of {', '.join(Q6K_FORMS)}, got {q6_k!r}", field="q6_k", value=q6_k)
     path = gguf_file(spec)
@@ -391,7 +389,6 @@ def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -
     if arch not in ARCHITECTURES:
         raise ModelLoadError(f"--weights gguf reads {', '.join(ARCHITECTURES)} GGUFs; {spec.name}'s is {arch}",
                              field="weights", value="gguf")
-    dtype = model.dtype
     meta = {"format": FORMAT, "torch": torch.__version__, "q6_k": q6_k, "dtype": dtype_name(dtype),
             "gguf": path.name}
 
@@ -400,7 +397,7 @@ def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -
         stage("saving the decode forms")
         save_file(state, str(tmp / "decode.safetensors"), metadata=meta)
 
-    def current(directory: Path) -> bool:  # the packed layout is torch's: a new torch converts again
+    def current(directory: Path) -> bool:
         from safetensors import safe_open
 
         file = directory / "decode.safetensors"
@@ -409,5 +406,20 @@ def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -
         with safe_open(str(file), framework="pt") as fh:
             return fh.metadata() == meta
 
-    directory = converted_dir(spec, f"gguf-{q6_k}-{dtype_name(dtype)}", write, current)
-    return build(model, load_file(str(directory / "decode.safetensors")), max_rows)
+    return converted_dir(spec, f"gguf-{q6_k}-{dtype_name(dtype)}", write, current) / "decode.safetensors"
+
+
+def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -> LeanModel:
+    """``model`` (a named model loaded on CPU) with its GGUF's decode forms (:func:`build`), read from
+    the cache (:func:`decode_file`, which converts them at the first call).
+
+    Raises:
+        ModelLoadError: ``model`` is not a named model with a GGUF (a local checkpoint or a tiny
+            one), not on CPU, or its GGUF is of another architecture.
+    """
+    from safetensors.torch import load_file
+
+    spec = spec_with_gguf(model.name)
+    if model.device.type != "cpu":
+        raise ModelLoadError(f"--weights gguf runs on CPU only, not {model.device}", field="weights", value="gguf")
+    return build(model, load_file(str(decode_file(spec, q6_k, model.dtype))), max_rows)

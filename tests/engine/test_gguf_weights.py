@@ -93,6 +93,9 @@ def test_int4_kernel_runs_q4_k_as_dequantize_then_matmul(dtype: torch.dtype) -> 
     got = form(x.to(dtype))
     assert got.dtype == dtype and got.shape == (3, rows)
     assert _rel(got, want) < (5e-3 if dtype == torch.bfloat16 else 1e-6)
+    # rows are independent: a row among many is the same bits as alone (bench.qwen_gguf relies on it)
+    many = torch.randn(70, cols, generator=torch.Generator().manual_seed(1)).to(dtype)
+    assert all(torch.equal(form(many)[i:i + 1], form(many[i:i + 1])) for i in (0, 33, 69))
 
 
 def test_q6_k_forms_against_dequantize_then_matmul() -> None:
@@ -270,3 +273,30 @@ def test_weights_gguf_for_a_model_without_one_names_the_value() -> None:
     assert err.value.field == "weights"
     with pytest.raises(ModelLoadError, match="weights must be one of dense, gguf"):
         Engine.from_pretrained("tiny-random-qwen2", weights="int3")
+
+
+def test_decode_forms_are_converted_once_into_the_cache(tiny: tuple[Path, torch.nn.Module], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The first call converts (with a progress line), later ones read the file; a file written
+    by another torch (its packed layout) is converted again."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from engine.models import loading
+    from engine.models.catalog import QWEN_CODER
+
+    path, _ = tiny
+    monkeypatch.setenv("AKV_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(loading, "gguf_file", lambda spec: path)
+    calls: list[str] = []
+    real = gw.convert
+    monkeypatch.setattr(gw, "convert", lambda *a, **k: calls.append("convert") or real(*a, **k))
+    file = gw.decode_file(QWEN_CODER, "dense", torch.bfloat16)
+    assert file.parent.name == "qwen2.5-coder-1.5b-gguf-dense-bfloat16" and calls == ["convert"]
+    assert "packing layer 2/2" in capsys.readouterr().err
+    assert gw.decode_file(QWEN_CODER, "dense", torch.bfloat16) == file and calls == ["convert"]
+    with safe_open(str(file), framework="pt") as fh:
+        meta, state = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    save_file(state, str(file), metadata={**meta, "torch": "0.0"})
+    gw.decode_file(QWEN_CODER, "dense", torch.bfloat16)
+    assert calls == ["convert", "convert"]
