@@ -18,9 +18,10 @@ are measured in the same run, not read from the dense file).
   and each GGUF form, interleaved, medians of ``--repeats``. The engines share one prefix cache: a
   prompt is prefilled once, by the dense weights every form keeps for prefill (the same KV bits).
   llama.cpp's column is measured only when ``llama-cpp-python`` is installed.
-- ``memory``: a child process per form loads the engine as ``akv eval`` does (bfloat16, then
-  ``weights="gguf"``) and evaluates one full-cache task of about 4,200 tokens: RSS after load and
-  peak; and the decode-only footprint (the bytes a decode step reads, plus embeddings and norms).
+- ``memory``: a child process loads the engine as ``akv eval`` does (bfloat16; then again with
+  ``weights="gguf"``, Q6_K dense) and evaluates one full-cache task of about 4,200 tokens: RSS after
+  load and peak; and the decode-only footprint (the bytes a decode step reads, plus embeddings and
+  norms). The speed section gives every form's decode bytes.
 """
 
 from __future__ import annotations
@@ -212,6 +213,7 @@ def bench_speed(repeats: int, contexts: tuple[int, ...] = (512, 2048, 4096), new
         print(f"ctx {n:5d}  decode tok/s " + ", ".join(f"{k} {v:.2f}" for k, v in row["decode_tok_s"].items()),
               flush=True)
     return {"threads": torch.get_num_threads(), "new_tokens": new_tokens, "decode_rows": gw.DECODE_ROWS,
+            "decode_weights_gb": {k: gw.decode_bytes(m) / 1e9 for k, m in forms.items()},
             "llama_cpp": llama_note, "kernels": kernels, "rows": rows}
 
 
@@ -257,7 +259,7 @@ def _norms(m: LeanModel, i: int) -> list[torch.Tensor]:
 
 def bench_memory(target_tokens: int = 4200) -> dict[str, Any]:
     out = {}
-    for form in ("none", "dense", "int8"):
+    for form in ("none", "dense"):  # int8's decode bytes are in the speed section
         cmd = [sys.executable, "-m", "bench.qwen_engine", "--weights", "gguf", "--memory-child", str(target_tokens),
                "--q6k", form]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=os.environ.copy())
