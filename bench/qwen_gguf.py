@@ -232,9 +232,12 @@ def memory_child(target_tokens: int, q6_k: str | None) -> dict[str, Any]:
     from evals.tasks import load_suite
 
     t = time.perf_counter()
-    eng = Engine.from_pretrained(MODEL, dtype=torch.bfloat16)
-    if q6_k is not None:
-        eng = Engine(gw.attach(eng.model, q6_k), eng.tokenizer, "chatml", name=eng.name)
+    if q6_k == "dense":  # as akv eval --dtype bfloat16 --weights gguf loads it
+        eng = Engine.from_pretrained(MODEL, dtype=torch.bfloat16, weights="gguf")
+    else:
+        eng = Engine.from_pretrained(MODEL, dtype=torch.bfloat16)
+        if q6_k is not None:
+            eng = Engine(gw.attach(eng.model, q6_k), eng.tokenizer, "chatml", name=eng.name)
     load_s = time.perf_counter() - t
     rss_load = _rss_now()
     m = eng.model
