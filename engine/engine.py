@@ -110,7 +110,7 @@ class Engine:
         loaded = load_model(name, dtype=dtype, device=device)
         model = LeanModel(loaded.hf_model, loaded.name, keep_source=keep_source)
         if weights == "gguf":
-            model = gguf_weights.attach(model)
+            model = gguf_weights.attach(model, own_embedding=not keep_source)
         pool = pool_bytes if pool_bytes is not None else (2 * GiB if "tiny" not in name else 256 << 20)
         template = template or default_template(loaded.name, "gemma")
         return cls(model, loaded.tokenizer, template, pool, host_bytes, max_context, loaded.name)

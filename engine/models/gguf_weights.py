@@ -14,7 +14,9 @@ kernel loses to a bfloat16 GEMM at many rows.
   ``"dense"`` keeps the dequantized weight in the activation dtype (the prefill copy itself, so it
   costs no memory), ``"int8"`` re-quantizes it per output row for ``_weight_int8pack_mm`` (half the
   bytes, not exact).
-- Biases and norms come from the GGUF and the checkpoint as they are; embeddings stay dense.
+- Biases come from the GGUF, norms from the checkpoint. With ``own_embedding`` the embedding table
+  stays in its GGUF blocks (a lookup dequantizes the rows it needs: the same bits as the dense
+  table) and the dense table is released.
 
 The forms are converted once into the model cache (``models/<name>-gguf-<q6_k>-<dtype>``, a
 safetensors file, with a progress line) and read back in seconds. Only GGUFs whose projections
@@ -47,7 +49,7 @@ DECODE_ROWS = 4
 """Inputs of at most this many rows use the decode form (the int4 kernel and a bfloat16 GEMM were
 about even at 4 rows, a bfloat16 GEMM 10x faster at 512, on this 2-core machine)."""
 ARCHITECTURES = ("qwen2",)
-FORMAT = "akv-gguf-decode/1"
+FORMAT = "akv-gguf-decode/2"
 
 _PROJECTIONS: dict[str, tuple[str, ...]] = {
     "qkv": ("attn_q", "attn_k", "attn_v"), "o": ("attn_output",),
@@ -55,6 +57,7 @@ _PROJECTIONS: dict[str, tuple[str, ...]] = {
 }
 _Q4_K, _Q6_K = 12, 14  # gguf.GGMLQuantizationType values (the enum is read lazily with the package)
 _FLOAT_TYPES = (0, 1, 30)  # F32, F16, BF16
+_ROW_TYPES = {_Q4_K: "q4_k", _Q6_K: "q6_k"}
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,25 @@ class Int8Rows:
         for a in range(0, weight.shape[0], 4096):
             codes[a:a + 4096] = torch.round(weight[a:a + 4096] / scale[a:a + 4096, None]).clamp_(-127, 127)
         return cls(codes, scale.to(dtype))
+
+
+@dataclass(frozen=True)
+class BlockRows:
+    """An embedding table kept as its Q4_K or Q6_K super-blocks, one row of blocks per token: a
+    lookup dequantizes only the rows it asks for, then rounds them to ``dtype`` (the same bits as
+    the dense table converted from the same GGUF)."""
+
+    blocks: torch.Tensor  # [V, bytes per row] uint8
+    kind: str  # "q4_k" or "q6_k"
+    dtype: torch.dtype
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        raw = self.blocks.index_select(0, ids.cpu()).numpy()
+        if self.kind == "q4_k":
+            w = dequantize_q4_k(unpack_q4_k(raw))
+        else:
+            w = dequantize_q6_k(unpack_q6_k(raw))
+        return torch.from_numpy(w.reshape(ids.shape[0], -1)).to(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -264,6 +286,9 @@ def convert(path: Path, q6_k: str, dtype: torch.dtype,
     stage("packing the LM head")
     head = tensors.get("output.weight", tensors["token_embd.weight"])  # tied when the GGUF has no output
     state.update(_convert_projection([head], None, q6_k, dtype, "head"))
+    embed = tensors["token_embd.weight"]
+    if embed.qtype in _ROW_TYPES:  # the table's own blocks: a lookup dequantizes the rows it needs
+        state[f"embed.{_ROW_TYPES[embed.qtype]}"] = torch.from_numpy(np.array(embed.data, dtype=np.uint8))
     return state
 
 
@@ -285,15 +310,21 @@ def _decode_form(state: Mapping[str, torch.Tensor], prefix: str) -> Stacked | No
     return Stacked(tuple(parts), state.get(f"{prefix}.bias"))
 
 
-def build(model: LeanModel, state: Mapping[str, torch.Tensor], max_rows: int = DECODE_ROWS) -> LeanModel:
+def build(model: LeanModel, state: Mapping[str, torch.Tensor], max_rows: int = DECODE_ROWS,
+          own_embedding: bool = False) -> LeanModel:
     """``model`` whose projections and LM head run ``state``'s decode forms (:func:`convert`) for
     inputs of at most ``max_rows`` rows and its own dense weights beyond; a projection ``state``
     has no form for runs dense throughout.
 
+    ``own_embedding``: look tokens up in the GGUF's own blocks of the embedding table (the same
+    bits, checked) and release ``model``'s dense table, which then no longer runs (untied models
+    only; a tied table is the LM head's weight too).
+
     Raises:
         ModelLoadError: ``state`` does not fit ``model`` (another model's GGUF, or its rows in
             another order): one random row through layer 0's projections and the LM head differs
-            from the dense weights by more than the 4-bit and bfloat16 roundings allow (5%).
+            from the dense weights by more than the 4-bit and bfloat16 roundings allow (5%), or
+            an embedding row differs at all.
     """
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
@@ -307,8 +338,21 @@ def build(model: LeanModel, state: Mapping[str, torch.Tensor], max_rows: int = D
                 own[name] = ByRows(decode, prefill, max_rows)
         layers.append(own)
     head = _decode_form(state, "head")
-    out = model.with_weights(layers, ByRows(head, model.logit_head(), max_rows) if head is not None else None)
+    embed = None
+    table = model.embed_tokens.weight
+    tied = model.lm_head.weight.data_ptr() == table.data_ptr()
+    kind = next((k for k in _ROW_TYPES.values() if f"embed.{k}" in state), None)
+    if own_embedding and kind is not None and not tied:
+        embed = BlockRows(state[f"embed.{kind}"], kind, model.dtype)
+    out = model.with_weights(layers, ByRows(head, model.logit_head(), max_rows) if head is not None else None, embed)
     _check_fits(model, out)
+    if embed is not None:
+        ids = torch.unique(torch.tensor([0, 1, table.shape[0] - 1, *torch.randint(0, table.shape[0], (13,),
+                                         generator=torch.Generator().manual_seed(0)).tolist()]))
+        if not torch.equal(embed(ids), model.embed_tokens(ids)):
+            raise ModelLoadError(f"weights='gguf': the GGUF's embedding rows differ from {model.name}'s",
+                                 field="weights", value="gguf")
+        model.embed_tokens.weight = torch.nn.Parameter(table.new_empty(0), requires_grad=False)
     return out
 
 
@@ -412,7 +456,8 @@ def decode_file(spec: ModelSpec, q6_k: str = "dense", dtype: torch.dtype = torch
     return converted_dir(spec, f"gguf-{q6_k}-{dtype_name(dtype)}", write, current) / "decode.safetensors"
 
 
-def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -> LeanModel:
+def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS,
+           own_embedding: bool = False) -> LeanModel:
     """``model`` (a named model loaded on CPU) with its GGUF's decode forms (:func:`build`), read from
     the cache (:func:`decode_file`, which converts them at the first call).
 
@@ -425,4 +470,4 @@ def attach(model: LeanModel, q6_k: str = "dense", max_rows: int = DECODE_ROWS) -
     spec = spec_with_gguf(model.name)
     if model.device.type != "cpu":
         raise ModelLoadError(f"--weights gguf runs on CPU only, not {model.device}", field="weights", value="gguf")
-    return build(model, load_file(str(decode_file(spec, q6_k, model.dtype))), max_rows)
+    return build(model, load_file(str(decode_file(spec, q6_k, model.dtype))), max_rows, own_embedding)

@@ -188,6 +188,7 @@ class LeanModel:
         inner = hf_model.model
         self.layers = list(inner.layers)
         self.embed_tokens = inner.embed_tokens
+        self.embed: Callable[[torch.Tensor], torch.Tensor] = inner.embed_tokens  # ids [T] -> [T, H]
         self.norm = inner.norm
         self.lm_head = hf_model.lm_head
         first = self.layers[0]
@@ -286,13 +287,17 @@ class LeanModel:
                 _release(self.lm_head)
         return self._logit_head
 
-    def with_weights(self, layers: Sequence[Mapping[str, Any]], head: Any = None) -> LeanModel:
+    def with_weights(self, layers: Sequence[Mapping[str, Any]], head: Any = None,
+                     embed: Callable[[torch.Tensor], torch.Tensor] | None = None) -> LeanModel:
         """A shallow copy of this model whose layer ``i`` runs ``layers[i]``'s projections by name
         instead (any of ``qkv``, ``o``, ``gate_up``, ``down``; each called as a :class:`Projection`
-        is) and whose LM head is ``head`` when given. Everything else is shared with this model."""
+        is), whose LM head is ``head`` and whose embedding lookup (ids [T] -> [T, H] in this
+        model's dtype) is ``embed`` when given. Everything else is shared with this model."""
         if len(layers) != len(self._layers):
             raise ValueError(f"with_weights: {len(layers)} layers given for a model of {len(self._layers)}")
         out = copy.copy(self)
+        if embed is not None:
+            out.embed = embed
         out._layers = [dataclasses.replace(lw, **p) for lw, p in zip(self._layers, layers)]  # noqa: SLF001 -- the copy's own
         out._logit_head = head if head is not None else self.logit_head()  # noqa: SLF001 -- likewise
         return out
@@ -347,7 +352,7 @@ class LeanModel:
             tables[kind] = cos, signed_sin(sin)
         keys = torch.empty(len(self.layers), hkv, t, d, dtype=self.dtype, device=self.device)
         values = torch.empty_like(keys)
-        h = self.embed_tokens(ids)
+        h = self.embed(ids)
         # The last layer's K/V is needed for every token, its output only for the requested rows.
         want = np.unique(np.asarray(logit_rows if logit_rows is not None else [], dtype=np.int64))
         last_rows = None if want.size == t else want

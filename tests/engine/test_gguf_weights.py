@@ -123,7 +123,7 @@ HIDDEN, FFN, HEADS, KV_HEADS, LAYERS, VOCAB = 256, 512, 4, 2, 2, 128
 
 def _tiny_tensors(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, gguf.GGMLQuantizationType, int]]:
     """name -> (bytes or float32 values, type, rows), Q4_K_M's choice of types: Q6_K for attn_v,
-    ffn_down and the head, Q4_K elsewhere, float32 biases and embeddings."""
+    ffn_down and the head, Q4_K elsewhere (the embeddings too), float32 biases."""
     d = HIDDEN // HEADS
     shapes = {"attn_q": (HIDDEN, HIDDEN), "attn_k": (KV_HEADS * d, HIDDEN), "attn_v": (KV_HEADS * d, HIDDEN),
               "attn_output": (HIDDEN, HIDDEN), "ffn_gate": (FFN, HIDDEN), "ffn_up": (FFN, HIDDEN),
@@ -140,8 +140,7 @@ def _tiny_tensors(rng: np.random.Generator) -> dict[str, tuple[np.ndarray, gguf.
             rows = shapes[name][0]
             out[f"blk.{i}.{name}.bias"] = (rng.normal(0, 0.1, rows).astype(np.float32),
                                            gguf.GGMLQuantizationType.F32, 1)
-    out["token_embd.weight"] = (rng.normal(0, 1.0, (VOCAB, HIDDEN)).astype(np.float32),
-                                gguf.GGMLQuantizationType.F32, VOCAB)
+    out["token_embd.weight"] = (pack_q4_k(rng, VOCAB * HIDDEN // 256, 0.2).reshape(VOCAB, -1), Q4_K, VOCAB)
     out["output.weight"] = (pack_q6_k(rng, VOCAB * HIDDEN // 256, 0.2 / np.sqrt(HIDDEN)).reshape(VOCAB, -1), Q6_K,
                             VOCAB)
     return out
@@ -300,3 +299,18 @@ def test_decode_forms_are_converted_once_into_the_cache(tiny: tuple[Path, torch.
     save_file(state, str(file), metadata={**meta, "torch": "0.0"})
     gw.decode_file(QWEN_CODER, "dense", torch.bfloat16)
     assert calls == ["convert", "convert"]
+
+
+def test_the_embedding_looked_up_in_its_gguf_blocks_is_the_same_bits(tiny: tuple[Path, torch.nn.Module]) -> None:
+    path, hf = tiny
+    state = gw.convert(path, "dense", torch.bfloat16)
+    assert state["embed.q4_k"].dtype == torch.uint8
+    dense = _lean(hf, torch.bfloat16)
+    ids = list(range(0, VOCAB, 3))
+    want = _logits(gw.build(dense, state), ids)
+    own = gw.build(dense, state, own_embedding=True)
+    assert dense.embed_tokens.weight.numel() == 0  # released: the process holds the blocks only
+    assert isinstance(own.embed, gw.BlockRows) and torch.equal(_logits(own, ids), want)
+    other = dict(state, **{"embed.q4_k": state["embed.q4_k"].roll(1, 0)})
+    with pytest.raises(ModelLoadError, match="embedding rows differ"):
+        gw.build(_lean(hf, torch.bfloat16), other, own_embedding=True)
