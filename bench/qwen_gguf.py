@@ -243,7 +243,8 @@ def memory_child(target_tokens: int, q6_k: str | None) -> dict[str, Any]:
     m = eng.model
     small = sum(p.numel() * p.element_size() for p in m.norm.parameters()) + sum(
         w.numel() * w.element_size() for i in range(len(m.layers)) for w in _norms(m, i))
-    decode_only = gw.decode_bytes(m) + m.embed_tokens.weight.numel() * m.embed_tokens.weight.element_size() + small
+    table = m.embed.blocks if isinstance(m.embed, gw.BlockRows) else m.embed_tokens.weight
+    decode_only = gw.decode_bytes(m) + table.numel() * table.element_size() + small
     tasks = load_suite("mixed", "train")
     sizes = [(len(eng.render(task.messages).token_ids), task) for task in tasks[:60]]
     tokens, task = min(sizes, key=lambda s: abs(s[0] - target_tokens))
