@@ -43,6 +43,7 @@ import torch
 from bench.engine_speed import _interleaved, _random_ids
 from engine.attention import attend_blocks, plan_blocks
 from engine.engine import Engine
+from engine.models import gguf_forms as gf
 from engine.models import gguf_weights as gw
 from engine.models.lean import LeanModel
 
@@ -175,7 +176,7 @@ def _kernel_rows(forms: dict[str, LeanModel], rows: tuple[int, ...], repeats: in
 
 
 def _decode(fn: Any) -> Any:
-    return fn.decode if isinstance(fn, gw.ByRows) else fn
+    return fn.decode if isinstance(fn, gf.ByRows) else fn
 
 
 def bench_speed(repeats: int, contexts: tuple[int, ...] = (512, 2048, 4096), new_tokens: int = 32) -> dict[str, Any]:
@@ -243,7 +244,7 @@ def memory_child(target_tokens: int, q6_k: str | None) -> dict[str, Any]:
     m = eng.model
     small = sum(p.numel() * p.element_size() for p in m.norm.parameters()) + sum(
         w.numel() * w.element_size() for i in range(len(m.layers)) for w in _norms(m, i))
-    table = m.embed.blocks if isinstance(m.embed, gw.BlockRows) else m.embed_tokens.weight
+    table = m.embed.blocks if isinstance(m.embed, gf.BlockRows) else m.embed_tokens.weight
     decode_only = gw.decode_bytes(m) + table.numel() * table.element_size() + small
     tasks = load_suite("mixed", "train")
     sizes = [(len(eng.render(task.messages).token_ids), task) for task in tasks[:60]]

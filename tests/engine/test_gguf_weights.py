@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from engine.errors import ModelLoadError
+from engine.models import gguf_forms as forms
 from engine.models import gguf_weights as gw
 from engine.models.gguf_blocks import dequantize_q4_k, dequantize_q6_k, unpack_q4_k, unpack_q6_k
 from engine.models.lean import LeanModel
@@ -87,7 +88,7 @@ def test_int4_kernel_runs_q4_k_as_dequantize_then_matmul(dtype: torch.dtype) -> 
     rows, cols = 192, 512
     blocks = pack_q4_k(rng, rows * cols // 256)
     w = _reference(blocks, Q4_K, rows)
-    form = gw.Int4Groups.from_q4_k(blocks, rows, cols, dtype)
+    form = forms.Int4Groups.from_q4_k(blocks, rows, cols, dtype)
     x = torch.randn(3, cols, generator=torch.Generator().manual_seed(0))
     want = x.to(dtype).float() @ w.T  # the activations rounded as the model holds them
     got = form(x.to(dtype))
@@ -111,7 +112,7 @@ def test_q6_k_forms_against_dequantize_then_matmul() -> None:
     x = torch.randn(2, cols, generator=torch.Generator().manual_seed(0)).bfloat16()
     want = x.float() @ w.T
     dense = x @ w.bfloat16().T
-    int8 = gw.Int8Rows.from_dense(w, torch.bfloat16)(x)
+    int8 = forms.Int8Rows.from_dense(w, torch.bfloat16)(x)
     assert _rel(dense, want) < 5e-3
     assert _rel(int8, want) < 1.5e-2
 
@@ -227,7 +228,7 @@ def test_tiny_model_in_gguf_bits_is_as_close_to_float32_as_bfloat16(tiny: tuple[
     errors = {"bfloat16": _rel(_logits(bf16, ids), ref)}
     for q6_k in gw.Q6K_FORMS:
         model = gw.build(bf16, gw.convert(path, q6_k, torch.bfloat16), max_rows=1_000)
-        assert isinstance(model.projections(0)["qkv"], gw.ByRows)
+        assert isinstance(model.projections(0)["qkv"], forms.ByRows)
         errors[q6_k] = _rel(_logits(model, ids), ref)
     assert errors["dense"] <= 1.5 * errors["bfloat16"], errors
     assert errors["int8"] <= 3 * errors["bfloat16"], errors
@@ -241,9 +242,9 @@ def test_decode_rows_use_the_gguf_form_and_prefill_the_dense(tiny: tuple[Path, t
     bf16 = _lean(hf, torch.bfloat16)
     model = gw.build(bf16, gw.convert(path, "dense", torch.bfloat16), max_rows=2)
     qkv = model.projections(1)["qkv"]
-    assert isinstance(qkv, gw.ByRows) and qkv.prefill is bf16.projections(1)["qkv"]
+    assert isinstance(qkv, forms.ByRows) and qkv.prefill is bf16.projections(1)["qkv"]
     # layer 0's ffn_down is Q6_K, kept dense: decode shares the prefill weights (no second copy)
-    assert not isinstance(model.projections(0)["down"], gw.ByRows)
+    assert not isinstance(model.projections(0)["down"], forms.ByRows)
     x = torch.randn(5, HIDDEN).bfloat16()
     assert torch.equal(qkv(x), qkv.prefill(x)) and torch.equal(qkv(x[:2]), qkv.decode(x[:2]))
     assert gw.decode_bytes(model) < gw.decode_bytes(bf16)
@@ -310,7 +311,7 @@ def test_the_embedding_looked_up_in_its_gguf_blocks_is_the_same_bits(tiny: tuple
     want = _logits(gw.build(dense, state), ids)
     own = gw.build(dense, state, own_embedding=True)
     assert dense.embed_tokens.weight.numel() == 0  # released: the process holds the blocks only
-    assert isinstance(own.embed, gw.BlockRows) and torch.equal(_logits(own, ids), want)
+    assert isinstance(own.embed, forms.BlockRows) and torch.equal(_logits(own, ids), want)
     other = dict(state, **{"embed.q4_k": state["embed.q4_k"].roll(1, 0)})
     with pytest.raises(ModelLoadError, match="embedding rows differ"):
         gw.build(_lean(hf, torch.bfloat16), other, own_embedding=True)
