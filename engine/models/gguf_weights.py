@@ -46,8 +46,10 @@ WEIGHT_FORMS = ("dense", "gguf")
 """``weights=`` of ``Engine.from_pretrained``: the checkpoint's dense weights, or these."""
 Q6K_FORMS = ("dense", "int8")
 DECODE_ROWS = 4
-"""Inputs of at most this many rows use the decode form (the int4 kernel and a bfloat16 GEMM were
-about even at 4 rows, a bfloat16 GEMM 10x faster at 512, on this 2-core machine)."""
+"""Inputs of at most this many rows use the decode form. At 512 rows a bfloat16 GEMM was 7-13x
+faster than the int4 kernel on this 2-core machine (load 5, other jobs running); the crossover
+near 4 rows is a guess from the same noisy run, which ``bench.qwen_gguf``'s kernel rows (1, 4, 64)
+are there to settle."""
 ARCHITECTURES = ("qwen2",)
 FORMAT = "akv-gguf-decode/2"
 
