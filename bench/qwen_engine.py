@@ -1,6 +1,6 @@
 """Qwen2.5-Coder-1.5B on the engine: exactness, speed against transformers and llama.cpp, memory.
 
-    python -m bench.qwen_engine [--only exact speed memory] [--repeats 3]
+    python -m bench.qwen_engine [--only exact speed memory] [--repeats 3] [--weights gguf]
 
 Needs the model (``make qwen``) and, for the llama.cpp column, the ``bench`` extra
 (``llama-cpp-python``, built from source where no wheel fits); without it that column is left
@@ -18,6 +18,10 @@ out and the JSON says why. Writes ``bench/results/engine-qwen2.5-coder-1.5b.json
   same Q4_K_M GGUF, as many threads as torch), interleaved, medians of ``--repeats``.
 - ``memory``: a child process loads the engine in bfloat16 as ``akv eval`` does and evaluates one
   full-cache task of about 4,200 tokens (``mixed``, train split): its peak RSS and seconds.
+
+``--weights gguf`` measures the decode forms in the GGUF's own bits against bfloat16 instead
+(``bench.qwen_gguf``: exactness over real conversations, per-projection kernels, decode tokens/s,
+memory) and writes ``bench/results/engine-qwen2.5-coder-1.5b-gguf.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench import RESULTS, write_result
+from bench import RESULTS, qwen_gguf, write_result
 from bench.engine_speed import _interleaved, _median_ratio, _no_store, _random_ids, _timed, machine_info
 from engine.engine import Engine
 from engine.history import replay
@@ -266,13 +270,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", default=["exact", "speed", "memory"], choices=["exact", "speed", "memory"])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=str(RESULTS / f"engine-{MODEL}.json"))
+    p.add_argument("--weights", default="dense", choices=["dense", "gguf"],
+                   help="gguf: decode in the GGUF's own bits against bfloat16 (bench.qwen_gguf; its own result file)")
+    p.add_argument("--positions", type=int, default=2048, help="--weights gguf: positions of the exactness check")
     p.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--q6k", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.memory_child is not None:
-        print(json.dumps(_memory_child(args.memory_child)))
+        if args.weights == "gguf":
+            print(json.dumps(qwen_gguf.memory_child(args.memory_child, None if args.q6k == "none" else args.q6k)))
+        else:
+            print(json.dumps(_memory_child(args.memory_child)))
         return 0
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
+    if args.weights == "gguf":
+        return _main_gguf(args, argv)
     report: dict[str, Any] = {"model": MODEL, **machine_info(), "repeats": args.repeats,
                               "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "load_average_start": os.getloadavg(),
                               "command": "python -m bench.qwen_engine " + " ".join(argv or sys.argv[1:])}
@@ -283,6 +296,23 @@ def main(argv: list[str] | None = None) -> int:
     if "speed" in args.only:
         report["speed"] = bench_speed(args.repeats)
     write_result(args.out, report, measures=MEASURES)
+    return 0
+
+
+def _main_gguf(args: argparse.Namespace, argv: list[str] | None) -> int:
+    out = args.out if args.out != str(RESULTS / f"engine-{MODEL}.json") else str(RESULTS / f"engine-{MODEL}-gguf.json")
+    report: dict[str, Any] = {"model": MODEL, "dtype": "bfloat16", "weights": "gguf", **machine_info(),
+                              "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                              "load_average_start": os.getloadavg(),
+                              "command": "python -m bench.qwen_engine " + " ".join(argv or sys.argv[1:])}
+    if "memory" in args.only:
+        report["memory"] = qwen_gguf.bench_memory()
+    if "exact" in args.only:
+        report["exact"] = qwen_gguf.bench_exact(args.positions)
+    if "speed" in args.only:
+        report["speed"] = qwen_gguf.bench_speed(args.repeats)
+    report["load_average_end"] = os.getloadavg()
+    write_result(out, report, measures=MEASURES)
     return 0
 
 

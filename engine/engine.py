@@ -25,11 +25,13 @@ from engine.cache.kvstore import TensorKV
 from engine.cache.plan import TokenUsage, plan_request, release
 from engine.cache.radix import Node, RadixTree
 from engine.decode import Decoder, stop_token_ids
-from engine.errors import AKVError
+from engine.errors import AKVError, ModelLoadError
 from engine.history import Item, replay, salted
 from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
+from engine.models import gguf_weights
 from engine.models.catalog import default_template
+from engine.models.gguf_weights import WEIGHT_FORMS
 from engine.models.lean import LeanModel
 from engine.models.loading import load_model
 from engine.prefill import batched_prefill, commit_prefill, history_jobs, tree_gather
@@ -79,23 +81,36 @@ class Engine:
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
                         pool_bytes: int | None = None, host_bytes: int = 0, threads: int | None = None,
                         device: str = "cpu", dtype: torch.dtype = torch.float32,
-                        max_context: int | None = None, keep_source: bool = False) -> Engine:
+                        max_context: int | None = None, keep_source: bool = False,
+                        weights: str = "dense") -> Engine:
         """Load ``name`` (a named model such as "gemma-3-270m" or "qwen2.5-coder-1.5b", a tiny
         random one, or a local path), offline.
 
         ``template`` defaults to the model's own (``engine.models.catalog``; "gemma" for models
         without one). ``keep_source`` keeps the transformers model runnable beside the engine's
         packed weights (``engine.model.hf``, for reference checks); by default its packed weights
-        are released, so the process holds one copy of them.
+        are released, so the process holds one copy of them. ``weights="gguf"`` (CPU, a named
+        model with a Qwen2 GGUF) adds decode forms in the GGUF's own bits beside the ``dtype``
+        weights, which keep serving prefill (``engine.models.gguf_weights``).
+
+        Raises:
+            ModelLoadError: an unknown model, or ``weights`` this model cannot have (naming it).
         """
+        if weights not in WEIGHT_FORMS:
+            raise ModelLoadError(f"weights must be one of {', '.join(WEIGHT_FORMS)}, got {weights!r}",
+                                 field="weights", value=weights)
         threads = threads if threads is not None else settings().threads
         if threads < 0:
             raise AKVError(f"threads must be >= 0 (0 leaves torch's default), got {threads}", field="threads",
                            value=threads)
         if threads:
             torch.set_num_threads(threads)
+        if weights == "gguf":
+            gguf_weights.spec_with_gguf(name)  # before the load, which can take minutes
         loaded = load_model(name, dtype=dtype, device=device)
         model = LeanModel(loaded.hf_model, loaded.name, keep_source=keep_source)
+        if weights == "gguf":
+            model = gguf_weights.attach(model, own_embedding=not keep_source)
         pool = pool_bytes if pool_bytes is not None else (2 * GiB if "tiny" not in name else 256 << 20)
         template = template or default_template(loaded.name, "gemma")
         return cls(model, loaded.tokenizer, template, pool, host_bytes, max_context, loaded.name)

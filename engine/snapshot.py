@@ -296,7 +296,7 @@ def warm(engine: Engine, data: bytes, *, label: str, field: str = "path", salt: 
         raise SnapshotError(f"snapshot tensors must be {want} of {dtype}", field="keys",
                             value=None if keys is None else [*keys.shape, str(keys.dtype)])
     end_hidden = tensors.get("end_hidden")
-    hidden_size = int(engine.model.embed_tokens.weight.shape[1])
+    hidden_size = int(engine.model.config.hidden_size)
     if end_hidden is not None and (tuple(end_hidden.shape) != (hidden_size,) or end_hidden.dtype != dtype):
         raise SnapshotError(f"snapshot tensor end_hidden must be ({hidden_size},) of {dtype}", field="end_hidden",
                             value=[*end_hidden.shape, str(end_hidden.dtype)])

@@ -79,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     eng = Engine.from_pretrained(args.model, template=args.template, pool_bytes=pool,
                                  host_bytes=int(args.host_gb * (1 << 30)), threads=args.threads,
-                                 device=args.device, dtype=getattr(torch, dtype))
+                                 device=args.device, dtype=getattr(torch, dtype), weights=args.weights)
     snapshots = args.snapshot_dir or str(settings().cache_dir / "snapshots")
     survival = None
     if args.survival:
@@ -518,6 +518,8 @@ def _add_limit_and_policy_options(p: argparse.ArgumentParser) -> None:
 
 
 MODEL_HELP = "gemma-3-270m, qwen2.5-coder-1.5b (the qwen extra), tiny-random, or a local checkpoint"
+WEIGHTS_HELP = ("decode weights: dense (the --dtype weights) or gguf (qwen2.5-coder-1.5b on CPU: the GGUF's own 4-bit "
+                "groups for decode beside the --dtype weights for prefill; converted once into the cache)")
 TEMPLATE_HELP = ("chat template: gemma, chatml or plain (default: the named model's own, chatml for "
                  "qwen2.5-coder-1.5b; else {fallback})")
 
@@ -546,6 +548,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N); a GPU replica sets CUDA_VISIBLE_DEVICES")
     s.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="weights and KV (default: float32 on cpu, bfloat16 on cuda)")
+    s.add_argument("--weights", default="dense", choices=["dense", "gguf"], help=WEIGHTS_HELP)
     s.add_argument("--survival", default=None,
                    help="tool-gap survival policy for paused sessions (lru, ttl, min_waste, ...; docs/survival.md)")
     _add_key_options(s)
@@ -612,6 +615,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="weights and KV of the model (bfloat16: about 1.5x faster prefill on CPUs with avx512_bf16, "
                         "inexact: bench.weight_formats measures the probes it changes)")
+    e.add_argument("--weights", default="dense", choices=["dense", "gguf"], help=WEIGHTS_HELP)
     e.add_argument("--fidelity-bound", type=float, default=0.5,
                    help="on agent logs (no probes): a conversation passes when no recorded assistant turn loses more "
                         "than this much log-likelihood per token against the full cache (default: 0.5)")

@@ -188,6 +188,7 @@ class LeanModel:
         inner = hf_model.model
         self.layers = list(inner.layers)
         self.embed_tokens = inner.embed_tokens
+        self.embed: Callable[[torch.Tensor], torch.Tensor] = inner.embed_tokens  # ids [T] -> [T, H]
         self.norm = inner.norm
         self.lm_head = hf_model.lm_head
         first = self.layers[0]
@@ -216,7 +217,7 @@ class LeanModel:
             t: rope_for(cfg, t if per_type else None) for t in sorted(set(self.layer_types))
         }
         self._head: GreedyHead | None = None
-        self._logit_head: Projection | None = None  # made at the first logits() call
+        self._logit_head: Any = None  # a Projection made at the first logits() call (or another form)
         self._fuse()
         if not keep_source:
             self.hf = None  # its projections are gone: only this model runs now
@@ -270,6 +271,37 @@ class LeanModel:
             dataclasses.replace(lw, **project(hl)) for lw, hl in zip(self._layers, self.layers)]
         return out
 
+    def projections(self, layer: int) -> dict[str, Any]:
+        """The projections decoder layer ``layer`` runs now, by name (``qkv``, ``o``, ``gate_up``, ``down``)."""
+        lw = self._layers[layer]
+        return {"qkv": lw.qkv, "o": lw.o, "gate_up": lw.gate_up, "down": lw.down}
+
+    def logit_head(self) -> Any:
+        """The LM head's projection as :meth:`logits` runs it (made, and packed, at the first call)."""
+        if self._logit_head is None:
+            w = self.lm_head.weight
+            pack = w.dtype == torch.bfloat16 and self._packs  # as the projections were at load
+            self._logit_head = Projection.of(w, getattr(self.lm_head, "bias", None), pack)
+            tied = w.data_ptr() == self.embed_tokens.weight.data_ptr()
+            if self._logit_head.packed and not self.keep_source and not tied:
+                _release(self.lm_head)
+        return self._logit_head
+
+    def with_weights(self, layers: Sequence[Mapping[str, Any]], head: Any = None,
+                     embed: Callable[[torch.Tensor], torch.Tensor] | None = None) -> LeanModel:
+        """A shallow copy of this model whose layer ``i`` runs ``layers[i]``'s projections by name
+        instead (any of ``qkv``, ``o``, ``gate_up``, ``down``; each called as a :class:`Projection`
+        is), whose LM head is ``head`` and whose embedding lookup (ids [T] -> [T, H] in this
+        model's dtype) is ``embed`` when given. Everything else is shared with this model."""
+        if len(layers) != len(self._layers):
+            raise ValueError(f"with_weights: {len(layers)} layers given for a model of {len(self._layers)}")
+        out = copy.copy(self)
+        if embed is not None:
+            out.embed = embed
+        out._layers = [dataclasses.replace(lw, **p) for lw, p in zip(self._layers, layers)]  # noqa: SLF001 -- the copy's own
+        out._logit_head = head if head is not None else self.logit_head()  # noqa: SLF001 -- likewise
+        return out
+
     @property
     def geometry(self) -> KVGeometry:
         dtype = self.embed_tokens.weight.dtype
@@ -320,7 +352,7 @@ class LeanModel:
             tables[kind] = cos, signed_sin(sin)
         keys = torch.empty(len(self.layers), hkv, t, d, dtype=self.dtype, device=self.device)
         values = torch.empty_like(keys)
-        h = self.embed_tokens(ids)
+        h = self.embed(ids)
         # The last layer's K/V is needed for every token, its output only for the requested rows.
         want = np.unique(np.asarray(logit_rows if logit_rows is not None else [], dtype=np.int64))
         last_rows = None if want.size == t else want
@@ -381,14 +413,7 @@ class LeanModel:
         gemma-3-270m); greedy decoding calls this too, so both pick the same tokens. Elsewhere
         ``F.linear`` as loaded.
         """
-        if self._logit_head is None:
-            w = self.lm_head.weight
-            pack = w.dtype == torch.bfloat16 and self._packs  # as the projections were at load
-            self._logit_head = Projection.of(w, getattr(self.lm_head, "bias", None), pack)
-            tied = w.data_ptr() == self.embed_tokens.weight.data_ptr()
-            if self._logit_head.packed and not self.keep_source and not tied:
-                _release(self.lm_head)
-        out = self._logit_head(self.norm(hidden)).float()
+        out = self.logit_head()(self.norm(hidden)).float()
         if self.final_softcap:
             out = torch.tanh(out / self.final_softcap) * self.final_softcap
         return out

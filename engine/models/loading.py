@@ -27,7 +27,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +115,41 @@ def _gguf_path(spec: ModelSpec, progress: _Converting | None = None) -> Path:
             raise ModelLoadError(f"model {spec.name!r} needs its weights: {spec.install}",
                                  field="model", value=spec.name) from err
         return Path(assemble(target))
+
+
+def gguf_file(spec: ModelSpec) -> Path:
+    """The named model's GGUF in the cache, assembled (and checked) on first use.
+
+    Raises:
+        ModelLoadError: the weights' packages are missing or damaged (naming what to install).
+    """
+    return _gguf_path(spec)
+
+
+ConvertFn = Callable[[Path, Callable[[str], None]], None]
+"""Writes a converted form into an empty directory, calling back with each stage's name."""
+
+
+def converted_dir(spec: ModelSpec, tag: str, convert: ConvertFn, current: Callable[[Path], bool]) -> Path:
+    """``$AKV_CACHE_DIR/models/<name>-<tag>``: a form of ``spec``'s weights written once by
+    ``convert(tmp, stage)`` with a progress line on stderr, under a file lock and published by an
+    atomic rename (as the dtypes are); an existing directory for which ``current`` says false (an
+    older format) is converted again."""
+    dest = settings().cache_dir / "models" / f"{spec.name}-{tag}"
+    if dest.is_dir() and current(dest):
+        return dest
+    with _file_lock(dest.parent / f"{dest.name}.lock"):
+        if dest.is_dir() and current(dest):
+            return dest
+        progress = _Converting(spec, dest)
+        ok = False
+        try:
+            with atomic_dir(dest) as tmp:
+                convert(tmp, progress.to)
+            ok = True
+        finally:
+            progress.close(ok)
+    return dest
 
 
 def _cast_floats(model: Any, dtype: torch.dtype) -> Any:

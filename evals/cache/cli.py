@@ -375,7 +375,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
                         f"--scoring {config.scoring} ranks candidates: give them, or use --scoring generate",
                         field="candidates", value=bare[0])
     dtype = getattr(args, "dtype", None) or "float32"
-    eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
+    weights = getattr(args, "weights", None) or "dense"
+    eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype), weights=weights)
     bar = tqdm(total=len(tasks) * len(specs), desc="evaluating", unit="eval")
     results = evaluate(eng, specs, tasks, config, on_result=lambda r: bar.update(1))
     bar.close()
@@ -384,7 +385,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     paired = paired_rows(specs, results) if len(specs) > 1 else []
     _print_paired(paired)
     payload: dict[str, Any] = {"suite": args.suite, "split": selection.split, "model": args.model,
-                               "dtype": dtype, "template": args.template, "scoring": config.scoring,
+                               "dtype": dtype, "weights": weights, "template": args.template,
+                               "scoring": config.scoring,
                                "config": config.as_dict(),
                                "generator": sorted({f"{r.generator} {r.generator_version}" for r in results})}
     if len(rows) == 1:
@@ -422,7 +424,8 @@ def run_log_eval(args: argparse.Namespace, specs: Sequence[PolicySpec], tasks: S
         raise AKVError(f"--fidelity-bound must be a finite number >= 0, got {bound}", field="fidelity_bound",
                        value=bound)
     dtype = getattr(args, "dtype", None) or "float32"
-    eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
+    weights = getattr(args, "weights", None) or "dense"
+    eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype), weights=weights)
     replay = Replay(eng, config)
     per: dict[str, list[Any]] = {s.display: [] for s in specs}
     for task in tqdm(tasks, desc="fidelity", unit="conversation"):
@@ -440,7 +443,8 @@ def run_log_eval(args: argparse.Namespace, specs: Sequence[PolicySpec], tasks: S
               f"{r['cost_delta_pct']:+7.1f}% [{lo:+6.1f}, {hi:+6.1f}] "
               f"{r['mean_delta_per_token']:+9.4f} [{mlo:+8.4f}, {mhi:+8.4f}] {r['worst_delta_per_token']:+8.3f} "
               f"{r['first_token_changed_share']:8.2f} {r['pass_rate']:8.2f}")
-    payload = {"suite": args.suite, "split": split, "model": args.model, "dtype": dtype, "template": args.template,
+    payload = {"suite": args.suite, "split": split, "model": args.model, "dtype": dtype, "weights": weights,
+               "template": args.template,
                "mode": "fidelity", "config": config.as_dict(), "policies": rows,
                "conversations": [f.to_row() for fs in per.values() for f in fs]}
     atomic_write(out, json.dumps(payload, indent=1, default=str).encode())

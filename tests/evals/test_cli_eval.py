@@ -435,3 +435,16 @@ def test_the_probe_format_is_the_model_s_calibrated_one():
     assert probe_format_for("gemma-3-270m") == ProbeFormat() == probe_format_for("/some/checkpoint")
     assert probe_format_for("Qwen/Qwen2.5-Coder-1.5B-Instruct") == MODEL_PROBE_FORMATS.get(
         "qwen2.5-coder-1.5b", ProbeFormat())
+
+
+def test_weights_gguf_for_a_model_without_a_gguf_is_refused_by_name(tmp_path):
+    """``--weights gguf`` needs a named model with a GGUF: a tiny random one is refused, naming the value."""
+    from engine.errors import ModelLoadError
+    from evals.cache.cli import run_eval
+    from rsi.cli import build_parser
+
+    tasks = write_tasks(tmp_path / "t.jsonl", DOCUMENTED)
+    args = build_parser().parse_args(["eval", "--suite", str(tasks), "--policy", "full", "--model", "tiny-random",
+                                      "--dtype", "bfloat16", "--weights", "gguf", "--out", str(tmp_path / "r.json")])
+    with pytest.raises(ModelLoadError, match="--weights gguf: model 'tiny-random' has no GGUF"):
+        run_eval(args, {})
