@@ -273,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--weights", default="dense", choices=["dense", "gguf"],
                    help="gguf: decode in the GGUF's own bits against bfloat16 (bench.qwen_gguf; its own result file)")
     p.add_argument("--positions", type=int, default=2048, help="--weights gguf: positions of the exactness check")
+    p.add_argument("--q6k-forms", default="dense,int8",
+                   help="--weights gguf: the Q6_K forms compared with bfloat16 (comma-separated: dense, int8)")
     p.add_argument("--memory-child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--q6k", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -305,14 +307,16 @@ def _main_gguf(args: argparse.Namespace, argv: list[str] | None) -> int:
                               "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                               "load_average_start": os.getloadavg(),
                               "command": "python -m bench.qwen_engine " + " ".join(argv or sys.argv[1:])}
-    if "memory" in args.only:
-        report["memory"] = qwen_gguf.bench_memory()
-    if "exact" in args.only:
-        report["exact"] = qwen_gguf.bench_exact(args.positions)
-    if "speed" in args.only:
-        report["speed"] = qwen_gguf.bench_speed(args.repeats)
-    report["load_average_end"] = os.getloadavg()
-    write_result(out, report, measures=MEASURES)
+    forms = tuple(args.q6k_forms.split(","))
+    report["q6k_forms"] = list(forms)
+    sections = {"memory": qwen_gguf.bench_memory,
+                "exact": lambda: qwen_gguf.bench_exact(args.positions, q6k_forms=forms),
+                "speed": lambda: qwen_gguf.bench_speed(args.repeats, q6k_forms=forms)}
+    for name, run in sections.items():
+        if name in args.only:
+            report[name] = run()
+            report["load_average_end"] = os.getloadavg()
+            write_result(out, report, measures=MEASURES)  # after each section: a crash keeps what was measured
     return 0
 
 

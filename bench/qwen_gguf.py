@@ -99,7 +99,8 @@ class _Agreement:
                 "top1_agreement": self.same / self.n, "positions": self.n}
 
 
-def bench_exact(positions: int = 2048, piece: int = 1024, chunk: int = 128) -> dict[str, Any]:
+def bench_exact(positions: int = 2048, piece: int = 1024, chunk: int = 128,
+                q6k_forms: tuple[str, ...] = ("dense", "int8")) -> dict[str, Any]:
     import gc
 
     from engine.models.loading import load_model
@@ -117,8 +118,7 @@ def bench_exact(positions: int = 2048, piece: int = 1024, chunk: int = 128) -> d
           flush=True)
     forms: dict[str, Callable[[], LeanModel]] = {
         "bfloat16": lambda: eng.model,
-        "gguf_q6k_dense": lambda: gw.attach(eng.model, "dense", max_rows=EVERY_ROW),
-        "gguf_q6k_int8": lambda: gw.attach(eng.model, "int8", max_rows=EVERY_ROW)}
+        **{f"gguf_q6k_{q}": functools.partial(gw.attach, eng.model, q, max_rows=EVERY_ROW) for q in q6k_forms}}
     out: dict[str, Any] = {"reference": "float32 transformers on the dequantized GGUF",
                            "conversations": f"{len(convs)} train tasks of the mixed suite, first {piece} tokens each",
                            "decode_form_rows": "every row (forced)"}
@@ -135,7 +135,7 @@ def bench_exact(positions: int = 2048, piece: int = 1024, chunk: int = 128) -> d
         print(f"{name}: {json.dumps(out[name])}", flush=True)
         del model
     base = out["bfloat16"]
-    for name in ("gguf_q6k_dense", "gguf_q6k_int8"):
+    for name in (f"gguf_q6k_{q}" for q in q6k_forms):
         row = out[name]
         row["meets_bar"] = bool(row["rel_max"] <= base["rel_max"] and row["rel_l2"] <= base["rel_l2"]
                                 and row["top1_agreement"] >= base["top1_agreement"])
@@ -179,10 +179,10 @@ def _decode(fn: Any) -> Any:
     return fn.decode if isinstance(fn, gf.ByRows) else fn
 
 
-def bench_speed(repeats: int, contexts: tuple[int, ...] = (512, 2048, 4096), new_tokens: int = 32) -> dict[str, Any]:
+def bench_speed(repeats: int, contexts: tuple[int, ...] = (512, 2048, 4096), new_tokens: int = 32,
+                q6k_forms: tuple[str, ...] = ("dense", "int8")) -> dict[str, Any]:
     base = Engine.from_pretrained(MODEL, dtype=torch.bfloat16)
-    forms = {"bfloat16": base.model, "gguf_q6k_dense": gw.attach(base.model, "dense"),
-             "gguf_q6k_int8": gw.attach(base.model, "int8")}
+    forms = {"bfloat16": base.model, **{f"gguf_q6k_{q}": gw.attach(base.model, q) for q in q6k_forms}}
     kernels = _kernel_rows(forms, (1, 4, 64), max(repeats, 3))
     try:
         import llama_cpp
