@@ -403,6 +403,39 @@ def bfcl(r: Results) -> str:
               + f". {data['note']}. " + source(name))
 
 
+def qwen_gguf(r: Results) -> str:
+    """The 1.5B model with decode weights in the GGUF's own bits against bfloat16, measured in one run."""
+    name = "engine-qwen2.5-coder-1.5b-gguf.json"
+    data = r(name)
+    exact = need(data, "exact")
+    forms = [k for k in exact if k == "bfloat16" or k.startswith("gguf_")]
+    rows = [[k, f"{exact[k]['rel_l2']:.4f}", f"{exact[k]['rel_max']:.4f}", f"{exact[k]['top1_agreement']:.1%}",
+             str(exact[k]["positions"]),
+             "-" if k == "bfloat16" else ("**met**" if exact[k]["meets_bar"] else "**not met**")] for k in forms]
+    out = table(["form (vs float32 transformers)", "relative L2 error of the logits", "max error / max logit",
+                 "top-1 agreement", "positions", "bar: no further than bfloat16 on all three"], rows)
+    if "speed" in data:
+        sp = data["speed"]
+        speed_rows = [[str(x["context"]), *(f"{x['decode_tok_s'][k]:.2f}" for k in sp["decode_weights_gb"]),
+                       *(f"{x[k + '_vs_bfloat16']:.2f}x" for k in sp["decode_weights_gb"] if k != "bfloat16")]
+                      for x in sp["rows"]]
+        forms_sp = list(sp["decode_weights_gb"])
+        out += "\n\n" + table(["context", *(f"decode tok/s, {k} ({sp['decode_weights_gb'][k]:.2f} GB a token)"
+                                             for k in forms_sp), *(f"{k} vs bfloat16" for k in forms_sp[1:])],
+                               speed_rows)
+    if "memory" in data:
+        mem = data["memory"]
+        out += "\n\n" + table(["one evaluation process", "RSS after load", "peak RSS", "decode-only footprint",
+                                 "evaluation of one task"],
+                                [[{"dense": "gguf_q6k_dense"}.get(k, k), f"{m['rss_after_load_gb']:.2f} GB", f"{m['peak_rss_gb']:.2f} GB",
+                                  f"{m['decode_only_footprint_gb']:.2f} GB",
+                                  f"{m['eval_s']:.1f} s, {m['tokens']} tokens, {m['passed']}/{m['probes']} probes"]
+                                 for k, m in mem.items()])
+    load = data.get("load_average_start")
+    return (out + f"\n\nLoad average at start {load[0]:.2f}; llama.cpp: "
+            f"{data.get('speed', {}).get('llama_cpp', 'not measured')}. " + source(name))
+
+
 def survival(r: Results) -> str:
     name = "ablation-survival.json"
     rows = []
@@ -536,6 +569,7 @@ BLOCKS: dict[str, Block] = {
     "speed": Block(("speed-summary.json", "engine-qwen2.5-coder-1.5b.json"), speed),
     "fidelity": Block(("fidelity-validation.json",), spread_fidelity),
     "fidelity-first": Block(("fidelity-validation-mixed.json",), first_fidelity),
+    "qwen-gguf": Block(("engine-qwen2.5-coder-1.5b-gguf.json",), qwen_gguf),
     "survival": Block(("ablation-survival.json",), survival),
     "readme-bench": Block(("engine-gemma-3-270m.json", "engine-qwen2.5-coder-1.5b.json", "server-load.json",
                            "server-limits-gemma-3-270m.json", "eval-throughput.json", "ray-executor.json",
