@@ -425,9 +425,10 @@ def qwen_gguf(r: Results) -> str:
                                speed_rows)
     if "memory" in data:
         mem = data["memory"]
+        label = {"dense": "gguf_q6k_dense"}
         out += "\n\n" + table(["one evaluation process", "RSS after load", "peak RSS", "decode-only footprint",
                                  "evaluation of one task"],
-                                [[{"dense": "gguf_q6k_dense"}.get(k, k), f"{m['rss_after_load_gb']:.2f} GB", f"{m['peak_rss_gb']:.2f} GB",
+                                [[label.get(k, k), f"{m['rss_after_load_gb']:.2f} GB", f"{m['peak_rss_gb']:.2f} GB",
                                   f"{m['decode_only_footprint_gb']:.2f} GB",
                                   f"{m['eval_s']:.1f} s, {m['tokens']} tokens, {m['passed']}/{m['probes']} probes"]
                                  for k, m in mem.items()])
