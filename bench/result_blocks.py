@@ -432,7 +432,7 @@ def qwen_gguf(r: Results) -> str:
                                   f"{m['decode_only_footprint_gb']:.2f} GB",
                                   f"{m['eval_s']:.1f} s, {m['tokens']} tokens, {m['passed']}/{m['probes']} probes"]
                                  for k, m in mem.items()])
-    load = data.get("load_average_start")
+    load = need(data, "load_average_start")
     return (out + f"\n\nLoad average at start {load[0]:.2f}; llama.cpp: "
             f"{data.get('speed', {}).get('llama_cpp', 'not measured')}. " + source(name))
 
