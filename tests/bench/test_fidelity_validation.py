@@ -74,7 +74,8 @@ def test_pooled_report_joins_the_suites_over_the_policies_they_share():
     assert out["a"]["ties"]["probe_pass"]["pairs_tied"] == 0.0
 
 
-def test_suite_mode_end_to_end_on_the_tiny_model(tmp_path):
+def test_suite_mode_end_to_end_on_the_tiny_model(tmp_path, tiny, monkeypatch):
+    monkeypatch.setattr("bench.fidelity_validation.Engine.from_pretrained", lambda *a, **k: tiny)  # the shared load
     out = tmp_path / "fv.json"
     policies = "full;rolling_drop:keep_tool_responses=1;read_drop:min_tokens=8"
     assert main(["--suites", "smoke", "--tasks", "1", "--model", "tiny-random", "--dtype", "float32",
