@@ -92,6 +92,15 @@ def _median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
     return statistics.median(a / b for a, b in zip(num, den))
 
 
+def rss_now_gb() -> float:
+    """This process's resident memory now, in GB (``VmRSS``; NaN where /proc does not say)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1e6
+    return float("nan")
+
+
 def machine_info() -> dict[str, Any]:
     """The CPU and torch set-up the numbers were measured on."""
     info: dict[str, Any] = {"machine": platform.platform(), "torch": torch.__version__,

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from bench import RESULTS, qwen_gguf, write_result
-from bench.engine_speed import _interleaved, _median_ratio, _no_store, _random_ids, _timed, machine_info
+from bench.engine_speed import _interleaved, _median_ratio, _no_store, _random_ids, _timed, machine_info, rss_now_gb
 from engine.engine import Engine
 from engine.history import replay
 from engine.oracle.reference import ReferenceExecutor
@@ -232,7 +232,7 @@ def _memory_child(target_tokens: int) -> dict[str, Any]:
     t = time.perf_counter()
     eng = Engine.from_pretrained(MODEL, dtype=torch.bfloat16)
     load_s = time.perf_counter() - t
-    rss_load = _rss_now()
+    rss_load = rss_now_gb()
     tasks = load_suite("mixed", "train")
     sizes = [(len(eng.render(task.messages).token_ids), task) for task in tasks[:60]]
     tokens, task = min(sizes, key=lambda s: abs(s[0] - target_tokens))
@@ -243,14 +243,6 @@ def _memory_child(target_tokens: int) -> dict[str, Any]:
     return {"task": task.id, "tokens": tokens, "probes": len(result.probes),
             "passed": sum(p.passed for p in result.probes), "load_s": load_s, "eval_s": seconds,
             "rss_after_load_gb": rss_load, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}
-
-
-def _rss_now() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1e6
-    return float("nan")
 
 
 def bench_memory(target_tokens: int = 4200) -> dict[str, Any]:

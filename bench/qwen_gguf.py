@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.engine_speed import _interleaved, _random_ids
+from bench.engine_speed import _interleaved, _random_ids, rss_now_gb
 from engine.attention import attend_blocks, plan_blocks
 from engine.engine import Engine
 from engine.models import gguf_forms as gf
@@ -218,14 +218,6 @@ def bench_speed(repeats: int, contexts: tuple[int, ...] = (512, 2048, 4096), new
             "llama_cpp": llama_note, "kernels": kernels, "rows": rows}
 
 
-def _rss_now() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1e6
-    return float("nan")
-
-
 def memory_child(target_tokens: int, q6_k: str | None) -> dict[str, Any]:
     """In a fresh process: one evaluation process in bfloat16, with ``q6_k``'s GGUF decode form
     (``None``: dense only), and its decode-only footprint."""
@@ -240,7 +232,7 @@ def memory_child(target_tokens: int, q6_k: str | None) -> dict[str, Any]:
         if q6_k is not None:
             eng = Engine(gw.attach(eng.model, q6_k), eng.tokenizer, "chatml", name=eng.name)
     load_s = time.perf_counter() - t
-    rss_load = _rss_now()
+    rss_load = rss_now_gb()
     m = eng.model
     small = sum(p.numel() * p.element_size() for p in m.norm.parameters()) + sum(
         w.numel() * w.element_size() for i in range(len(m.layers)) for w in _norms(m, i))

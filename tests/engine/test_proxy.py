@@ -8,7 +8,6 @@ the server's; floods and streams hung up leave both serving; an upstream that is
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from engine.server.tenants import Tenants
 from engine.server.upstream import Upstream
 from tests.engine.agent import trajectory
 from tests.engine.test_engine import fresh, rolling
-from tests.engine.test_served_policy import Stub, _fails
+from tests.engine.test_served_policy import Stub, _fails, hang_up_streams
 from tests.engine.test_server import BAD, _free_port, wait_idle
 
 _flip = itertools.count()
@@ -162,21 +161,7 @@ def test_bad_bodies_get_the_server_s_errors_through_the_proxy(pair, case, body, 
 def test_streams_hung_up_through_the_proxy_free_every_lock(pair):
     upstream, proxy = pair
 
-    def hang_up(model: str) -> None:
-        body = {"model": model, "messages": trajectory(4), "max_tokens": 300, "stop": [], "stream": True}
-        with httpx.Client(timeout=60) as http, http.stream("POST", proxy.base_url + "/v1/chat/completions",
-                                                           json=body) as r:
-            assert r.status_code == 200
-            for line in r.iter_lines():
-                if line.startswith("data: ") and '"content": "' in line and json.loads(line[6:])["choices"]:
-                    break  # one piece of content arrived; hang up
-
-    threads = [threading.Thread(target=hang_up, args=(m,))
-               for m in ("tiny-random@k1", "tiny-random@fails", "tiny-random", "tiny-random@k1")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    hang_up_streams(proxy.base_url, ("tiny-random@k1", "tiny-random@fails", "tiny-random", "tiny-random@k1"))
     wait_idle(upstream.engine)
     upstream.engine.check_integrity()
     assert _post(proxy, {"model": "tiny-random@k1", "messages": trajectory(2), "max_tokens": 2}).status_code == 200

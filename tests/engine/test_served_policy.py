@@ -199,22 +199,26 @@ def test_a_flood_of_policy_requests_gets_503s_and_the_server_recovers(tiny, tmp_
         eng.check_integrity()
 
 
-def test_concurrent_policy_streams_with_disconnects_free_every_lock(server):
+def hang_up_streams(base_url: str, models: Sequence[str]) -> None:
+    """One streamed chat per model at once, each hung up as soon as a piece of content arrives."""
     def hang_up(model: str) -> None:
         body = {"model": model, "messages": trajectory(4), "max_tokens": 300, "stop": [], "stream": True}
-        with httpx.Client(timeout=60) as http, http.stream("POST", server.base_url + "/v1/chat/completions",
+        with httpx.Client(timeout=60) as http, http.stream("POST", base_url + "/v1/chat/completions",
                                                            json=body) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if line.startswith("data: ") and '"content": "' in line and json.loads(line[6:])["choices"]:
                     break  # one piece of content arrived; hang up
 
-    threads = [threading.Thread(target=hang_up, args=(m,))
-               for m in ("tiny-random@k1", "tiny-random@fails", "tiny-random", "tiny-random@k1")]
+    threads = [threading.Thread(target=hang_up, args=(m,)) for m in models]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+
+
+def test_concurrent_policy_streams_with_disconnects_free_every_lock(server):
+    hang_up_streams(server.base_url, ("tiny-random@k1", "tiny-random@fails", "tiny-random", "tiny-random@k1"))
     wait_idle(server.engine)
     server.engine.check_integrity()
     assert _post(server, {"model": "tiny-random@k1", "messages": trajectory(2), "max_tokens": 2}).status_code == 200
