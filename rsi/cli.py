@@ -643,7 +643,9 @@ def build_parser() -> argparse.ArgumentParser:
     lv.add_argument("--served-model", default=None, help="the request's model field (default: --model)")
     lv.add_argument("--template", default=None, help="the server's " + TEMPLATE_HELP.format(fallback="gemma"))
     who = lv.add_mutually_exclusive_group()
-    who.add_argument("--policy", default="full")
+    who.add_argument("--policy", default="full",
+                     help="a policy (with --params), or several sharing the server: NAME or NAME:k=v,k=v, "
+                          "comma-separated (each in RUN_DIR/LABEL)")
     who.add_argument("--run", default=None, metavar="RUN_DIR",
                      help="play a candidate of a search run (see --pick), under the run's frame guard if it had one")
     lv.add_argument("--pick", default=None,
@@ -659,8 +661,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="OpenAI tool_choice of each turn where the template declares the tools (chatml): "
                          "'required' opens every reply with a call (answers come by submit_answer)")
     lv.add_argument("--rates", default="gpt-oss-120b")
-    lv.add_argument("--run-dir", default=None, help="checkpoints (rerun to resume); default runs/live-POLICY")
-    lv.add_argument("--out", default=None, help="results JSON (default RUN_DIR/live.json)")
+    lv.add_argument("--concurrency", type=int, default=1, metavar="N",
+                    help="episodes in flight at once against the endpoint (its scheduler batches them)")
+    lv.add_argument("--run-dir", default=None,
+                    help="checkpoints (rerun to resume); default runs/live-POLICY; several policies: RUN_DIR/POLICY")
+    lv.add_argument("--out", default=None, help="results JSON (default RUN_DIR/live.json; one policy only)")
+    lv.add_argument("--reference", default=None, metavar="RUN_DIR",
+                    help="a run of the same policies (laid out as --run-dir) to compare with: answers, verdicts "
+                         "and reply tokens that differ, in the summary's versus_reference")
     lv.set_defaults(func=_live)
 
     ss = sub.add_parser("survival-search", help="tune survival policies on the workload simulator")

@@ -55,6 +55,7 @@ class StepRecord:
         appended: the messages the step added to the history.
         schedule: the cache schedule of an LLM call; usage: its token accounting.
         reused_effect: the result came from the effect ledger, not from running the tool.
+        meta: more about the step; an LLM call's ``token_ids`` (the reply's tokens, as generated).
     """
 
     index: int

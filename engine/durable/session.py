@@ -152,7 +152,8 @@ class DurableSession:
         out = self.engine.chat(self.messages, sched, **sampling)
         self.schedule = sched
         self._done(replace(rec, status=StepStatus.DONE, result=out.text,
-                           appended=({"role": "assistant", "content": out.text},), usage=out.usage.as_dict()))
+                           appended=({"role": "assistant", "content": out.text},), usage=out.usage.as_dict(),
+                           meta={"token_ids": [int(t) for t in out.token_ids]}))
         return str(out.text)
 
     def tool(self, name: str, args: Mapping[str, Any] | None = None, *, key: str | None = None) -> str:

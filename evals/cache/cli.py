@@ -453,52 +453,104 @@ def run_log_eval(args: argparse.Namespace, specs: Sequence[PolicySpec], tasks: S
 
 
 def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = None, frame_guard: bool = False) -> int:
-    """``akv live``: episodes of one policy against an endpoint; prints a summary, writes JSON.
+    """``akv live``: episodes of one policy or several against an endpoint, ``args.concurrency`` in
+    flight at once; prints a summary per policy, writes each policy's ``live.json``.
 
     ``picked``: a run's candidate in place of ``args.policy`` and ``params``; ``frame_guard``: every
     decision guarded as the run evaluated it (``evals.cache.guard``). Each turn's schedule is the
     policy's replay over the session so far with the served model's token counts
-    (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide."""
+    (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide.
+    ``args.reference``: a run of the same policies to compare with, reply by reply (``versus_reference``
+    in the summary: answers, verdicts and tokens that differ)."""
     from engine.remote import RemoteEngine
     from engine.settings import settings
-    from evals.cache.live import LiveConfig, run_live, summary
+    from evals.cache.live import LiveConfig, summary
+    from evals.cache.live_runs import LivePolicy, check_concurrency, compare_runs, run_policies
     from evals.cache.served import CountedPolicy, ReplayPolicy
-    from search_spaces import get_policy
 
     if args.probes < 1:
         raise AKVError(f"--probes must be >= 1 (episodes per task), got {args.probes}", field="probes",
                        value=args.probes)
+    concurrency = check_concurrency(getattr(args, "concurrency", 1))
     config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates,
                         tool_choice=args.tool_choice)
+    named = live_policies(args.policy, params, picked, frame_guard)
+    several = len(named) > 1
+    if several and args.out:
+        raise AKVError("--out names one results file; with several policies each writes RUN_DIR/POLICY/live.json",
+                       field="out", value=args.out)
+
+    def where(base: str | None, label: str) -> Path | None:  # one policy: the directory; several: one below it
+        return None if base is None else Path(base) / label if several else Path(base)
+
     tasks = select_suite(args.suite, args.split, args.limit)
-    policy: Any
-    if picked is not None:
-        policy, label = picked.build(), re.sub(r"[^A-Za-z0-9_.=-]+", "-", picked.display).strip("-")
-    else:
-        policy = None if args.policy == "full" else get_policy(args.policy, **params)
-        label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
-    if frame_guard and policy is not None:
-        label = label + "-guarded"
-    run_dir = Path(args.run_dir or f"runs/live-{label}")
+    reference = getattr(args, "reference", None)
     api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
     with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
                       api_key=api_key) as engine:
         engine.akv_extensions  # noqa: B018 -- reach the endpoint once before any episode (one error, not N)
         # each turn's schedule is the replay's, counted with the served model's tokenizer (as the server
         # and the evaluator count), under the frame guard where the run had one
-        counted = CountedPolicy(ReplayPolicy(label, policy, frame_guard=frame_guard), engine.render) \
-            if policy is not None else None
-        results = run_live(engine, counted, label, tasks, run_dir, config, probes_per_task=args.probes)
+        entries = [LivePolicy(label, CountedPolicy(ReplayPolicy(label, policy, frame_guard=frame_guard), engine.render)
+                              if policy is not None else None, where(args.run_dir, label) or Path(f"runs/live-{label}"))
+                   for label, policy in named]
+        runs = run_policies(engine, entries, tasks, config, probes_per_task=args.probes, concurrency=concurrency)
+        tokenize = engine.tokenizer.encode
     from evals.cache.live_export import export_run
 
-    logs = export_run(run_dir, args.served_model or args.model)
-    s = summary(results)
-    print(f"{label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "
-          f"[{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], contains {s['contains_rate']:.3f}, "
-          f"cost {s['cost_cents_mean']:.4f} c/episode, {s['steps_mean']:.1f} steps, tools {s['tool_calls']}, "
-          f"invalid calls {s['invalid_calls']}, errors {s['errors']}")
-    out = Path(args.out or run_dir / "live.json")
-    atomic_write(out, json.dumps({"summary": s, "config": asdict(config), "policy": label, "endpoint": args.endpoint,
-                                  "episodes": [r.to_row() for r in results]}, indent=1).encode())
-    print(f"episodes and checkpoints in {run_dir}; results: {out}; as agent logs: {logs[0]}, {logs[1]}")
-    return 1 if s["errors"] else 0
+    errors = 0
+    for entry in entries:
+        results = runs[entry.label]
+        logs = export_run(entry.run_dir, args.served_model or args.model)
+        s = summary(results)
+        print(f"{entry.label}: {s['episodes']} episodes, pass {s['pass_rate']:.3f} "
+              f"[{s['pass_rate_ci95'][0]:.3f}, {s['pass_rate_ci95'][1]:.3f}], contains {s['contains_rate']:.3f}, "
+              f"cost {s['cost_cents_mean']:.4f} c/episode, {s['steps_mean']:.1f} steps, tools {s['tool_calls']}, "
+              f"invalid calls {s['invalid_calls']}, errors {s['errors']}")
+        ref = where(reference, entry.label)
+        if ref is not None:
+            diff = compare_runs(ref, entry.run_dir, results, lambda text: tokenize(text, add_special_tokens=False))
+            s["versus_reference"] = {"run_dir": str(ref), **diff.to_row()}
+            print(f"  versus {ref}: {diff.episodes} episodes paired, answers differ {diff.answers_differ}, verdicts "
+                  f"differ {diff.verdicts_differ}, replies differ {diff.turns_differ} of {diff.turns} "
+                  f"({diff.tokens_differ} tokens)")
+        out = Path(args.out or entry.run_dir / "live.json")
+        atomic_write(out, json.dumps({"summary": s, "config": asdict(config), "policy": entry.label,
+                                      "endpoint": args.endpoint, "concurrency": concurrency,
+                                      "episodes": [r.to_row() for r in results]}, indent=1).encode())
+        print(f"episodes and checkpoints in {entry.run_dir}; results: {out}; as agent logs: {logs[0]}, {logs[1]}")
+        errors += s["errors"]
+    return 1 if errors else 0
+
+
+def live_policies(policy: str, params: Mapping[str, Any], picked: PolicySpec | None = None,
+                  frame_guard: bool = False) -> list[tuple[str, Any]]:
+    """The (label, policy) pairs of ``akv live``: ``picked`` (a run's candidate), or ``policy`` with
+    ``params``, or several policies in ``--compare``'s notation (``full,rolling_drop:keep_tool_responses=2``).
+    A label is the name and its sorted ``-k=v`` parameters (``-guarded`` under the frame guard); the
+    policy is ``None`` for ``full``.
+
+    Raises:
+        AKVError: ``params`` with several policies, a label given twice, or what building a policy raises.
+    """
+    from search_spaces import get_policy
+
+    if picked is not None:
+        chosen = [(picked.build(), re.sub(r"[^A-Za-z0-9_.=-]+", "-", picked.display).strip("-"))]
+    else:
+        if "," in policy or ";" in policy or ":" in policy:
+            specs = [PolicySpec.parse(x) for x in split_compare(policy)]
+            if params and len(specs) > 1:
+                raise AKVError("--params goes with one --policy; with several, write NAME:k=v,k=v",
+                               field="params", value=dict(params))
+            pairs = [(s.name, {**dict(s.params), **params}) for s in specs]
+        else:
+            pairs = [(policy, dict(params))]
+        chosen = [(None if name == "full" else get_policy(name, **ps), name + "".join(f"-{k}={v}" for k, v in
+                                                                                     sorted(ps.items())))
+                  for name, ps in pairs]
+    out = [(label + "-guarded" if frame_guard and p is not None else label, p) for p, label in chosen]
+    labels = [label for label, _ in out]
+    if len(set(labels)) < len(labels):
+        raise AKVError(f"--policy names a policy twice: {', '.join(labels)}", field="policy", value=policy)
+    return out

@@ -282,9 +282,11 @@ def with_tool_specs(engine: Any, messages: list[dict[str, Any]], specs: Sequence
     return messages
 
 
-def session_name(policy: str, task: Task, probe: int) -> str:
-    digest = hashlib.sha256(f"{policy}|{task.id}|{probe}".encode()).hexdigest()[:10]
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{policy}-{task.id}")[-80:].strip("-.")
+def session_name(policy: str, task: Task | str, probe: int) -> str:
+    """The checkpoint name of the episode of ``policy`` on ``task`` (or its id) at ``probe``."""
+    task_id = task if isinstance(task, str) else task.id
+    digest = hashlib.sha256(f"{policy}|{task_id}|{probe}".encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{policy}-{task_id}")[-80:].strip("-.")
     return f"{slug}-p{probe}-{digest}"
 
 
@@ -391,19 +393,16 @@ def run_episode(engine: Any, policy: Any, policy_label: str, task: Task, probe: 
 
 def run_live(engine: Any, policy: Any, policy_label: str, tasks: Sequence[Task], run_dir: str | Path,
              config: LiveConfig = LiveConfig(), probes_per_task: int = 1, progress: bool = True,
-             on_result: Callable[[LiveResult], None] | None = None) -> list[LiveResult]:
-    """Episodes for the first ``probes_per_task`` probes of every task, checkpointed under ``run_dir``."""
-    from tqdm import tqdm
+             on_result: Callable[[LiveResult], None] | None = None, concurrency: int = 1) -> list[LiveResult]:
+    """Episodes of one policy for the first ``probes_per_task`` probes of every task, checkpointed
+    under ``run_dir``, ``concurrency`` at a time; sorted by (task, probe). Several policies at once:
+    :func:`evals.cache.live_runs.run_policies`, which this calls."""
+    from evals.cache.live_runs import LivePolicy, run_policies
 
-    store = CheckpointStore(Path(run_dir) / "sessions")
-    jobs = [(t, i) for t in tasks for i in range(min(probes_per_task, len(t.probes)))]
-    out = []
-    for task, i in tqdm(jobs, desc=f"live {policy_label}", unit="episode", disable=None if progress else True):
-        r = run_episode(engine, policy, policy_label, task, i, store, config)
-        out.append(r)
-        if on_result is not None:
-            on_result(r)
-    return out
+    runs = run_policies(engine, [LivePolicy(policy_label, policy, Path(run_dir))], tasks, config,
+                        probes_per_task=probes_per_task, concurrency=concurrency, progress=progress,
+                        on_result=on_result)
+    return runs[policy_label]
 
 
 def summary(results: Iterable[LiveResult]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ USAGE = TokenUsage(prompt_tokens=1000, prefill_tokens=600, cached_tokens=300, dr
 class Reply:
     text: str
     usage: TokenUsage = USAGE
+    token_ids: tuple[int, ...] = ()
 
 
 class ScriptedModel:
