@@ -459,6 +459,10 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     decision guarded as the run evaluated it (``evals.cache.guard``). Each turn's schedule is the
     policy's replay over the session so far with the served model's token counts
     (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide."""
+    if str(args.suite).startswith("bfcl-"):  # BFCL's tasks and checker, turn by turn (evals.bfcl.live)
+        from evals.bfcl.cli import run_bfcl_live
+
+        return run_bfcl_live(args, dict(params), picked, frame_guard)
     from engine.remote import RemoteEngine
     from engine.settings import settings
     from evals.cache.live import LiveConfig, run_live, summary
