@@ -36,6 +36,7 @@ class StepKind(enum.Enum):
     LLM = "llm"
     TOOL = "tool"
     MERGE = "merge"
+    MESSAGE = "message"
 
 
 class StepStatus(enum.Enum):

@@ -1,7 +1,8 @@
 """A durable agent session: checkpointed steps, crash recovery by event replay, fork, restore, merge.
 
 The agent's driver (its loop of LLM calls and tool calls) calls :meth:`DurableSession.llm` and
-:meth:`DurableSession.tool`. Before each step the session checkpoints its state with the step
+:meth:`DurableSession.tool` (and :meth:`DurableSession.say` for a message from outside it, such
+as the user's next turn). Before each step the session checkpoints its state with the step
 marked ``STARTED`` (optionally with a KV snapshot), and after it with the step ``DONE``. After a
 crash, :meth:`DurableSession.open` loads the last checkpoint and the driver is simply run again
 from the start: every call that matches a finished step returns its recorded result without
@@ -180,6 +181,22 @@ class DurableSession:
         self._done(replace(rec, status=StepStatus.DONE, result=result, reused_effect=reused,
                            appended=({"role": "tool", "name": name, "content": result},)))
         return result
+
+    def say(self, message: Mapping[str, Any]) -> None:
+        """Append ``message`` from outside the agent (the user's next turn); replayed when recorded.
+
+        Raises:
+            ReplayMismatchError: the record holds another message (or another step) at this point.
+        """
+        said = canonical_args(message)
+        r = self._replayed(StepKind.MESSAGE, str(said.get("role")))
+        if r is not None:
+            if r.appended and dict(r.appended[0]) != said:
+                raise ReplayMismatchError(f"step {r.index} appended another {said.get('role')} message than the "
+                                          "agent now says", field=f"steps[{r.index}]", value=said.get("role"))
+            return
+        self._done(StepRecord(len(self.steps), StepKind.MESSAGE, StepStatus.DONE, str(said.get("role")),
+                              appended=(said,)))
 
     def resolve(self, step: int, result: str | None, *, ran: bool = True) -> None:
         """Record the outcome of the in-doubt side-effecting call at ``step`` (``ran=False``: it did

@@ -6,18 +6,24 @@ Public surface::
     tasks = load_bfcl_suite("bfcl-long", "heldout")      # list[Task]; needs bfcl-eval (make bfcl)
     results = judge(engine, tasks, [PolicySpec("full"), PolicySpec("rolling_drop")])
     rows = summarize(results, ["full", "rolling_drop"])  # turn / task accuracy, retention, 95% intervals
+    episodes = run_bfcl_live(remote_engine, [(None, "full")], tasks, "runs/x")  # live: the model's own calls
 
 Modules: :mod:`~evals.bfcl.data` (BFCL's files -> tasks, the split), :mod:`~evals.bfcl.calls`
 (model replies parsed into calls, never evaluated), :mod:`~evals.bfcl.backends` (the backends run
-by the project), :mod:`~evals.bfcl.judge` (turn by turn, BFCL's checker), :mod:`~evals.bfcl.report`.
+by the project), :mod:`~evals.bfcl.judge` (turn by turn, BFCL's checker), :mod:`~evals.bfcl.live`
+(the model acting through an endpoint, as BFCL runs it), :mod:`~evals.bfcl.export` (its episodes as
+agent logs), :mod:`~evals.bfcl.store` (results on disk as they finish), :mod:`~evals.bfcl.report`.
 bfcl-eval is imported only when a BFCL suite is used; see docs/tasks.md, "BFCL multi-turn".
 """
 
 from evals.bfcl.backends import Backends, Executed
 from evals.bfcl.calls import Call, ParsedCalls, Refused, parse_python_calls, parse_reply
 from evals.bfcl.data import BFCL_VERSION, INSTALL_COMMAND, SPLIT_RULE, SUITES, Entry, load_bfcl_suite, split_of
+from evals.bfcl.export import export_episodes
 from evals.bfcl.judge import GoldResponder, JudgeConfig, TaskJudgement, TurnResult, judge, judge_task
+from evals.bfcl.live import BfclLiveConfig, LiveEpisode, live_summary, run_bfcl_episode, run_bfcl_live
 from evals.bfcl.report import summarize
+from evals.bfcl.store import ResultLog
 
 __all__ = [
     "BFCL_VERSION",
@@ -25,20 +31,27 @@ __all__ = [
     "SPLIT_RULE",
     "SUITES",
     "Backends",
+    "BfclLiveConfig",
     "Call",
     "Entry",
     "Executed",
     "GoldResponder",
     "JudgeConfig",
+    "LiveEpisode",
     "ParsedCalls",
     "Refused",
+    "ResultLog",
     "TaskJudgement",
     "TurnResult",
+    "export_episodes",
     "judge",
     "judge_task",
+    "live_summary",
     "load_bfcl_suite",
     "parse_python_calls",
     "parse_reply",
+    "run_bfcl_episode",
+    "run_bfcl_live",
     "split_of",
     "summarize",
 ]

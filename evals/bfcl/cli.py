@@ -1,13 +1,18 @@
-"""``akv eval --suite bfcl-base|bfcl-long``: policies judged turn by turn by BFCL's checker.
+"""``akv eval`` and ``akv live`` on ``--suite bfcl-base|bfcl-long``: turn by turn, BFCL's checker.
 
-Prints turn accuracy, task accuracy and retention with 95% intervals per policy (and per
-category), naming the model, dtype and judge; writes them, with every task's turns, to ``--out``.
+``akv eval`` (:func:`run_bfcl_eval`) replays the gold history before each turn in process; ``akv
+live`` (:func:`run_bfcl_live`) lets the model act through an endpoint (:mod:`evals.bfcl.live`).
+Both print turn accuracy, task accuracy and retention with 95% intervals per policy (and per
+category), naming the model and judge, and write them with every task's turns to ``--out``; both
+record each (policy, task) result as it finishes, and the same command run again resumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +23,27 @@ from engine.files import atomic_write
 from evals.bfcl.data import BFCL_VERSION, SPLIT_RULE
 from evals.bfcl.judge import JudgeConfig, judge
 from evals.bfcl.report import summarize, table
+from evals.bfcl.store import ResultLog
 from evals.cache.cli import fill_eval_defaults, load_tasks, policy_specs, read_program_file
-from evals.cache.evaluator import PolicySpec
+from evals.cache.evaluator import DIAGNOSTIC, PolicySpec
 
 JUDGE = (f"BFCL multi-turn checker (bfcl-eval=={BFCL_VERSION}: state_checker and response_checker per turn, "
          "gold history before each turn)")
+LIVE_JUDGE = (f"BFCL multi-turn checker (bfcl-eval=={BFCL_VERSION}: state_checker and response_checker per turn, "
+              "the model's own calls carrying the state from turn to turn)")
 
 
 def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpec | None = None) -> int:
     """``akv eval`` on a BFCL suite (see the module docstring).
 
+    Finished (policy, task) results go to ``OUT.partial.jsonl`` as they finish; the same command run
+    again takes them from there (``--force`` starts over), and the file goes once ``OUT`` is written.
+
     Raises:
         AKVError: options that do not apply to BFCL (``--frame-guard``), an existing ``--out``
-            without ``--force``, and what :func:`evals.cache.cli.policy_specs` and
-            :func:`evals.cache.cli.load_tasks` raise (bfcl-eval missing: one line naming ``make bfcl``).
+            without ``--force``, a partial file of another run (naming what differs), and what
+            :func:`evals.cache.cli.policy_specs` and :func:`evals.cache.cli.load_tasks` raise (bfcl-eval
+            missing: one line naming ``make bfcl``).
     """
     import torch
 
@@ -52,10 +64,18 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     dtype = getattr(args, "dtype", None) or "float32"
     engine = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
     config = JudgeConfig()
+    partial = out.with_name(out.name + ".partial.jsonl")
+    if getattr(args, "force", False):
+        partial.unlink(missing_ok=True)
+    log = ResultLog(partial, {"suite": args.suite, "split": selection.split, "model": args.model, "dtype": dtype,
+                              "template": engine.renderer.template.name, "judge": JUDGE, "config": asdict(config),
+                              "policies": {s.display: s.key for s in specs}})
     print(f"{args.suite} ({selection.split}, {len(selection.tasks)} tasks; split: {SPLIT_RULE}); model {args.model} "
           f"{dtype}, template {engine.renderer.template.name}; judge: {JUDGE}", flush=True)
+    if len(log):
+        print(f"resuming: {len(log)} finished results from {partial}", flush=True)
     bar = tqdm(total=len(selection.tasks) * len(specs), desc="judging", unit="task")
-    results = judge(engine, selection.tasks, specs, config, on_result=lambda r: bar.update(1))
+    results = judge(engine, selection.tasks, specs, config, on_result=lambda r: bar.update(1), log=log)
     bar.close()
     rows = summarize(results, [s.display for s in specs])
     for line in table(rows):
@@ -70,5 +90,79 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
                           "tool_choice": config.tool_choice},
                "policies": rows, "tasks": [r.to_row() for r in results]}
     atomic_write(out, json.dumps(payload, indent=1, default=str).encode())
+    partial.unlink()  # every result is in ``out`` now
     print(f"results: {out.resolve()}")
     return 0
+
+
+def run_bfcl_live(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpec | None = None,
+                  frame_guard: bool = False) -> int:
+    """``akv live`` on a BFCL suite: one episode per task against ``--endpoint``, each request with the
+    policy's schedule (:class:`evals.cache.served.CountedPolicy`, the served model's token counts, under
+    the frame guard where the run had one), every turn judged by BFCL's checker. ``--max-steps`` is
+    replies per turn. Prints per policy turn and task accuracy with 95% intervals, calls, invalid calls
+    and cost; writes ``RUN_DIR/live.json`` (or ``--out``) and the episodes as OpenAI logs and ATIF.
+    A rerun with the same ``--run-dir`` resumes (:func:`evals.bfcl.live.run_bfcl_live`).
+
+    Raises:
+        AKVError: ``--probes`` other than 1, bfcl-eval missing (one line naming ``make bfcl``), a policy
+            that cannot be served (a text baseline), ``RUN_DIR`` of another run, an unreachable endpoint.
+    """
+    from engine.remote import RemoteEngine
+    from engine.settings import settings
+    from evals.bfcl.export import export_episodes
+    from evals.bfcl.live import BfclLiveConfig, live_summary
+    from evals.bfcl.live import run_bfcl_live as play
+    from evals.cache.served import CountedPolicy, ReplayPolicy
+
+    if args.probes != 1:
+        raise AKVError(f"--probes does not apply to the BFCL suites (one episode per task), got {args.probes}",
+                       field="probes", value=args.probes)
+    if getattr(args, "concurrency", 1) != 1:
+        raise AKVError(f"--concurrency does not apply to the BFCL suites yet (their episodes run one at a time), "
+                       f"got {args.concurrency}", field="concurrency", value=args.concurrency)
+    if picked is None and "," in str(args.policy):
+        raise AKVError(f"the BFCL suites take one --policy per invocation, got {args.policy!r}",
+                       field="policy", value=args.policy)
+    config = BfclLiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, tool_choice=args.tool_choice,
+                            rates=args.rates)
+    tasks = load_tasks(args.suite, args.split, args.limit).tasks
+    if picked is not None:
+        spec, label = picked, re.sub(r"[^A-Za-z0-9_.=-]+", "-", picked.display).strip("-")
+    else:
+        spec = PolicySpec(args.policy, params)
+        label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
+    if spec.name == DIAGNOSTIC:
+        raise AKVError(f"{DIAGNOSTIC} needs probes; BFCL tasks have none", field="policy", value=DIAGNOSTIC)
+    policy = spec.build() if spec.name != "full" or spec.source is not None else None
+    if frame_guard and policy is not None:
+        label += "-guarded"
+    run_dir = Path(args.run_dir or f"runs/live-{args.suite}-{label}")
+    header = {"suite": args.suite, "split": args.split, "model": args.served_model or args.model,
+              "template": args.template, "judge": LIVE_JUDGE}
+    bar = tqdm(total=len(tasks), desc=f"live {label}", unit="episode")
+    with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
+                      api_key=settings().client_api_key) as engine:
+        engine.akv_extensions  # noqa: B018 -- reach the endpoint once before any episode (one error, not N)
+        counted = CountedPolicy(ReplayPolicy(label, policy, frame_guard=frame_guard), engine.render) \
+            if policy is not None else None
+        print(f"{args.suite} ({args.split}, {len(tasks)} tasks; split: {SPLIT_RULE}); live against {args.endpoint}, "
+              f"model {args.served_model or args.model}, template {args.template}; {config.max_steps} replies of "
+              f"{config.max_tokens} tokens per turn, tool_choice {config.tool_choice}; judge: {LIVE_JUDGE}", flush=True)
+        episodes = play(engine, [(counted, label)], tasks, run_dir, config, header, on_result=lambda e: bar.update(1))
+    bar.close()
+    logs = export_episodes(run_dir, [(label, t) for t in tasks], args.served_model or args.model)
+    rows = live_summary(episodes, [label])
+    for line in table(rows):
+        print(line)
+    for row in rows:
+        print(f"{row['policy']}: {row['calls']} calls, {row['invalid_calls']} invalid calls"
+              + (f" (e.g. {row['invalid_reasons'][0]})" if row["invalid_reasons"] else "")
+              + f", cost {row['cost_cents']:.4f} c ({row['cost_cents_mean']:.4f} c/episode), "
+              f"{row['failed']} of {row['tasks']} episodes failed (no score)"
+              + (f", e.g. {row['errors'][0]}" if row["errors"] else ""))
+    out = Path(args.out or run_dir / "live.json")
+    atomic_write(out, json.dumps({**header, "endpoint": args.endpoint, "config": asdict(config), "policies": rows,
+                                  "episodes": [e.to_row() for e in episodes]}, indent=1, default=str).encode())
+    print(f"episodes and checkpoints in {run_dir}; results: {out}; as agent logs: {logs[0]}, {logs[1]}")
+    return 1 if any(row["failed"] for row in rows) else 0

@@ -35,6 +35,7 @@ from engine.template import render_tool_calls
 from evals.bfcl.backends import Backends
 from evals.bfcl.calls import Call, parse_reply
 from evals.bfcl.data import Entry, split_of
+from evals.bfcl.store import ResultLog
 from evals.cache.evaluator import DIAGNOSTIC, PolicySpec
 from evals.errors import TaskError
 from evals.tasks.schema import Task
@@ -116,6 +117,14 @@ class TaskJudgement:
         return {**{k: v for k, v in asdict(self).items() if k != "turns"}, "passed": self.passed,
                 "turns": [asdict(t) for t in self.turns]}
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> TaskJudgement:
+        """The judgement :meth:`to_row` wrote (a resumed run's finished result)."""
+        turns = tuple(TurnResult(**{**t, "calls": tuple(t["calls"]), "refused": tuple(t["refused"])})
+                      for t in row["turns"])
+        return cls(row["task_id"], row["category"], row["split"], row["policy"], row["ok"], row["error"], turns,
+                   row.get("seconds", 0.0), row.get("split_rule", ""))
+
 
 @dataclass(frozen=True)
 class JudgeConfig:
@@ -152,10 +161,12 @@ def check_turn(model: Backends, gold: Backends, outputs_so_far: Sequence[str], g
     return True, ""
 
 
-def _tools_into_text(engine: ChatEngine, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def tools_into_text(engine: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages as the engine's template takes them: a template that does not render tool specs
-    (``gemma``, ``plain``) gets them listed in the system text, in BFCL's words."""
-    if engine.renderer.template.renders_tools or "tools" not in messages[0]:
+    (``gemma``, ``plain``; or an engine without a renderer) gets them listed in the system text, in
+    BFCL's words; one that does (``chatml``) keeps them on message 0, the request's tools."""
+    renderer = getattr(engine, "renderer", None)
+    if (renderer is not None and renderer.template.renders_tools) or "tools" not in messages[0]:
         return messages
     first = dict(messages[0])
     tools = first.pop("tools")
@@ -181,7 +192,7 @@ def judge_task(engine: ChatEngine, responder: Responder, task: Task, policy: Pol
 
 def _judge(engine: ChatEngine, responder: Responder, task: Task, entry: Entry, policy: Policy | None,
            config: JudgeConfig) -> list[TurnResult]:
-    msgs = _tools_into_text(engine, [dict(m) for m in task.messages])
+    msgs = tools_into_text(engine, [dict(m) for m in task.messages])
     declared = [t["function"]["name"] for t in task.tools]
     starts = task.meta["bfcl"]["turn_starts"]
     cuts = [s + len(turn) for s, turn in zip(starts, entry.turns)]
@@ -241,9 +252,10 @@ def _step_messages(backends: Backends, turn: int, step: int, calls: Sequence[Cal
 
 def judge(engine: ChatEngine, tasks: Sequence[Task], specs: Sequence[PolicySpec], config: JudgeConfig = JudgeConfig(),
           responder: Responder | None = None, on_result: Callable[[TaskJudgement], None] | None = None,
-          ) -> list[TaskJudgement]:
+          log: ResultLog | None = None) -> list[TaskJudgement]:
     """Every policy of ``specs`` on every task, task by task; the responder defaults to the engine
-    (:class:`EngineResponder`).
+    (:class:`EngineResponder`). With ``log``, each result is recorded there as it finishes, and one
+    it already holds (a rerun of the same run) is taken from it, not judged again.
 
     Raises:
         TaskError: a task that is not a BFCL task, or the ``drop_evidence`` diagnostic (BFCL has no probes).
@@ -258,7 +270,13 @@ def judge(engine: ChatEngine, tasks: Sequence[Task], specs: Sequence[PolicySpec]
         if "bfcl" not in task.meta:
             raise TaskError(f"task {task.id} is not a BFCL task", field="suite", value=task.id)
         for policy, label in policies:
-            r = judge_task(engine, responder, task, policy, label, config)
+            done = log.get(label, task.id) if log is not None else None
+            if done is not None:
+                r = TaskJudgement.from_row(done)
+            else:
+                r = judge_task(engine, responder, task, policy, label, config)
+                if log is not None:
+                    log.add(r.to_row())
             results.append(r)
             if on_result is not None:
                 on_result(r)

@@ -462,6 +462,10 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide.
     ``args.reference``: a run of the same policies to compare with, reply by reply (``versus_reference``
     in the summary: answers, verdicts and tokens that differ)."""
+    if str(args.suite).startswith("bfcl-"):  # BFCL's tasks and checker, turn by turn (evals.bfcl.live)
+        from evals.bfcl.cli import run_bfcl_live
+
+        return run_bfcl_live(args, dict(params), picked, frame_guard)
     from engine.remote import RemoteEngine
     from engine.settings import settings
     from evals.cache.live import LiveConfig, summary

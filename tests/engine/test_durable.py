@@ -187,3 +187,23 @@ def test_checkpoints_are_atomic_and_corruption_is_detected(tiny, tmp_path):
         store.latest("../etc")
     with pytest.raises(DurableError, match="already exists"):
         DurableSession.create(store, "run", tiny, world.tools(), MESSAGES)
+
+
+def test_a_message_from_outside_the_agent_is_a_step_replayed_and_checked(tiny, tmp_path):
+    """``say`` appends the user's next turn as a step: on resume it is replayed (nothing re-sent), and
+    a driver that now says something else is refused."""
+    store, world, eng = CheckpointStore(tmp_path), World(), Counting(tiny)
+
+    def two_turns(s: DurableSession, second: str) -> list[str]:
+        out = [s.llm(max_tokens=4)]
+        s.say({"role": "user", "content": second})
+        return [*out, s.llm(max_tokens=4)]
+
+    s = DurableSession.create(store, "run", eng, world.tools(), MESSAGES)
+    first = two_turns(s, "And the second cheapest?")
+    assert [m["role"] for m in s.messages] == ["system", "user", "assistant", "user", "assistant"]
+    assert s.messages[3]["content"] == "And the second cheapest?" and s.steps[1].kind is StepKind.MESSAGE
+    again = DurableSession.open(store, "run", eng, world.tools())
+    assert two_turns(again, "And the second cheapest?") == first and eng.calls == 2
+    with pytest.raises(ReplayMismatchError, match="another user message"):
+        two_turns(DurableSession.open(store, "run", eng, world.tools()), "Something else.")

@@ -41,3 +41,16 @@ def eng() -> Engine:
 
     base = get_engine("tiny-random")
     return Engine(base.model, base.tokenizer, "plain", name=base.name)
+
+
+@pytest.fixture(scope="module")
+def small_task() -> Task:
+    """A real two-turn BFCL task declaring only the functions its gold calls (a short prompt: seconds on CPU)."""
+    from evals.bfcl.data import read_entries, to_task
+
+    entry = next(e for e in read_entries("multi_turn_base") if e.id == "multi_turn_base_0")
+    entry = replace(entry, turns=entry.turns[:2], gold=entry.gold[:2])
+    used = {c.split("(")[0] for turn in entry.gold for c in turn}
+    full = to_task(entry)
+    unused = tuple(t["function"]["name"] for t in full.tools if t["function"]["name"] not in used)
+    return to_task(replace(entry, excluded=entry.excluded + unused))

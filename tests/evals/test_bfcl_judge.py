@@ -3,7 +3,6 @@ and the gold calls replayed as the model's answer pass every turn (a check of th
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -12,7 +11,7 @@ from evals.bfcl import GoldResponder, JudgeConfig, judge, judge_task, summarize
 from evals.bfcl.data import read_entries, to_task
 from evals.bfcl.report import table
 from evals.cache.evaluator import PolicySpec
-from evals.errors import TaskError
+from evals.errors import AKVError, TaskError
 
 DROP_ALL = PolicySpec("rolling_drop", {"keep_tool_responses": 0, "target": "both"}, label="drop_all")
 
@@ -25,17 +24,6 @@ def engine():
 
     base = get_engine("tiny-random")
     return Engine(base.model, base.tokenizer, "chatml", name=base.name)
-
-
-@pytest.fixture(scope="module")
-def small_task():
-    """A real two-turn BFCL task declaring only the functions its gold calls (a short prompt: seconds on CPU)."""
-    entry = next(e for e in read_entries("multi_turn_base") if e.id == "multi_turn_base_0")
-    entry = dataclasses.replace(entry, turns=entry.turns[:2], gold=entry.gold[:2])
-    used = {c.split("(")[0] for turn in entry.gold for c in turn}
-    full = to_task(entry)
-    unused = tuple(t["function"]["name"] for t in full.tools if t["function"]["name"] not in used)
-    return to_task(dataclasses.replace(entry, excluded=entry.excluded + unused))
 
 
 def test_gold_replayed_as_the_answer_passes_every_turn(engine, small_task):
@@ -123,3 +111,22 @@ def test_turn_intervals_widen_when_a_task_s_turns_move_together():
     one = wilson_interval(2, 3)
     assert clustered_rate([[True, False, True]])["ci95"] == [one.low, one.high]
     assert clustered_rate([])["ci95"] is None
+
+
+def test_each_result_is_recorded_as_it_finishes_and_a_rerun_takes_it_from_the_log(engine, small_task, tmp_path):
+    from evals.bfcl.store import ResultLog
+
+    class Never(GoldResponder):
+        def reply(self, context, schedule, turn, step):
+            raise AssertionError("a finished result is judged again")
+
+    path = tmp_path / "out.json.partial.jsonl"
+    first = judge(engine, [small_task], [PolicySpec("full")], responder=GoldResponder(small_task),
+                  log=ResultLog(path, {"model": "m"}))
+    with path.open("a") as f:
+        f.write('{"policy": "full", "task_')  # a line torn by a crash is ignored
+    again = judge(engine, [small_task], [PolicySpec("full")], responder=Never(small_task),
+                  log=ResultLog(path, {"model": "m"}))
+    assert first[0].passed and [r.to_row() for r in again] == [r.to_row() for r in first]
+    with pytest.raises(AKVError, match=r"another run \(model: 'm' there, 'n' now\)"):
+        ResultLog(path, {"model": "n"})
