@@ -50,8 +50,13 @@ MAX_CALLS = 8
 """The most ``<tool_call>`` blocks a required reply may hold."""
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 """How constrained JSON is written (llguidance's JSON options): no free whitespace."""
-_LIMITS = dict(max_grammar_size=200_000, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000)
-"""llguidance's parser limits (its defaults or below): a grammar past them is refused, a step never runs away."""
+
+
+def _limits() -> llguidance.LLParserLimits:
+    """llguidance's parser limits (its defaults or below): a grammar past them is refused, a step never runs away."""
+    return llguidance.LLParserLimits(max_grammar_size=200_000, initial_lexer_fuel=1_000_000, step_lexer_fuel=200_000)
+
+
 CACHE_SIZE = 64
 """Compiled grammars kept per compiler."""
 
@@ -200,7 +205,7 @@ def check_schema(schema: Any, where: str) -> str:
     problem = _ref_problem(schema)
     if problem is None:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(text, defaults=JSON_STYLE)  # type: ignore[arg-type]
-        problem = llguidance.LLMatcher.validate_grammar(grammar, limits=llguidance.LLParserLimits(**_LIMITS)) or None
+        problem = llguidance.LLMatcher.validate_grammar(grammar, limits=_limits()) or None
     if problem is not None:
         raise AKVError(f"{where}: invalid JSON schema: {problem.splitlines()[0]}"[:300], field=where, value=None)
     return text
@@ -357,7 +362,7 @@ class GrammarCompiler:
                 return GrammarMatcher(base.deep_copy(), self.vocab_size)
         lt = _ll_tokenizer(self.tokenizer, self.vocab_size, self.stop_ids)
         lark = grammar.lark(self._tag(lt, "<tool_call>"), self._tag(lt, "</tool_call>"))
-        base = llguidance.LLMatcher(lt, lark, log_level=0, limits=llguidance.LLParserLimits(**_LIMITS))
+        base = llguidance.LLMatcher(lt, lark, log_level=0, limits=_limits())
         if base.is_error():
             where = "response_format" if grammar.kind is GrammarKind.JSON else "tools"
             raise AKVError(f"{where}: no grammar can be built: {base.get_error().splitlines()[0]}"[:300],
