@@ -9,6 +9,7 @@ search per step). The LM head runs for one row per step; nothing else is compute
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from engine.sampling import SamplingParams
 if TYPE_CHECKING:
     from engine.cache.radix import Node, RadixTree
     from engine.template import ChatTemplate
+
+log = logging.getLogger("akv.decode")
 
 
 class DecodeCache:
@@ -234,24 +237,27 @@ class Decoder:
             on_text(request.opening)
         return Generation(request=request, usage=plan.usage, end=end, cache=cache, sampler=Sampler(request.sampling),
                           hidden=hidden, next_pos=history.next_pos, on_text=on_text, cancelled=cancelled,
-                          t_start=t0, t_decode=time.perf_counter())
+                          t_start=t0, t_decode=time.perf_counter(), grammar=request.matcher)
 
     def step(self, generations: Sequence[Generation]) -> None:
-        """Advance every unfinished generation by one token, with one forward pass for all."""
+        """Advance every unfinished generation by one token, with one forward pass for all.
+
+        Unmasked greedy rows pick through ``greedy_batch``; the others get their logits masked
+        (:meth:`_mask`: ``min_tokens``, a grammar) and sampled one by one."""
         live = [g for g in generations if not g.done]
         if not live:
             return
-        masked = [len(g.tokens) < g.request.sampling.min_tokens for g in live]
-        greedy = [g for g, m in zip(live, masked) if g.sampler.greedy and not m]
+        held = [len(g.tokens) < g.request.sampling.min_tokens for g in live]
+        plain = [g.sampler.greedy and not h and g.grammar is None for g, h in zip(live, held)]
+        greedy = [g for g, p in zip(live, plain) if p]
         if greedy:
             picks = self.model.greedy_batch(torch.stack([g.hidden for g in greedy]))
             for g, tok in zip(greedy, picks):
                 g.tokens.append(tok)
-        for g, m in zip(live, masked):
-            if m or not g.sampler.greedy:
+        for g, h, p in zip(live, held, plain):
+            if not p:
                 logits = self.model.logits(g.hidden[None])[0]
-                if m:
-                    logits[self.end_of_turn_ids] = float("-inf")
+                self._mask(g, logits, h)
                 g.tokens.append(g.sampler(logits))
         advancing = [g for g in live if not self._after_token(g)]
         if not advancing:
@@ -262,9 +268,28 @@ class Decoder:
         for g, h in zip(advancing, hidden):
             g.hidden = h
 
+    def _mask(self, g: Generation, logits: torch.Tensor, held: bool) -> None:
+        """Mask ``logits`` [V] in place: the end-of-turn tokens while ``held`` (``min_tokens``), and
+        every token ``g``'s grammar does not allow next. Where both together would allow nothing
+        (the grammar can only end), the grammar's mask alone applies."""
+        if g.grammar is None:
+            if held:
+                logits[self.end_of_turn_ids] = float("-inf")
+            return
+        allowed = g.grammar.allowed()
+        assert allowed.shape == logits.shape, f"grammar mask {tuple(allowed.shape)} vs logits {tuple(logits.shape)}"
+        if held:
+            kept = allowed.clone()
+            kept[self.end_of_turn_ids] = False
+            allowed = kept if bool(kept.any()) else allowed
+        logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
+
     def _after_token(self, g: Generation) -> bool:
-        """Handle the token just appended to ``g``: stop checks and streaming. Returns done."""
+        """Handle the token just appended to ``g``: its grammar, stop checks and streaming. Returns
+        done. A grammar that can take nothing more ends the reply (``stop``)."""
         tok, params = g.tokens[-1], g.request.sampling
+        if g.grammar is not None and not g.grammar.consume(tok):
+            log.warning("a constrained reply took a token its grammar refused: %s", g.grammar.error[:200])
         if tok in self.stop_ids and not params.ignore_eos:
             g.reason = "stop"
         else:
@@ -275,6 +300,8 @@ class Decoder:
             if g.on_text is not None and len(text) > len(g.emitted) and not text.endswith("\ufffd"):
                 g.on_text(text[len(g.emitted):])
                 g.emitted = text
+        if g.reason is None and g.grammar is not None and g.grammar.stopped:
+            g.reason = "stop"
         if g.reason is None and len(g.tokens) >= params.max_tokens:
             g.reason = "length"
         if g.reason is None and g.cancelled is not None and g.cancelled():

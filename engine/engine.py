@@ -26,6 +26,7 @@ from engine.cache.plan import TokenUsage, plan_request, release
 from engine.cache.radix import Node, RadixTree
 from engine.decode import Decoder, stop_token_ids
 from engine.errors import AKVError, ModelLoadError
+from engine.grammar import GrammarCompiler
 from engine.history import Item, replay, salted
 from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
@@ -76,6 +77,8 @@ class Engine:
         # runs start/step/finish; reads the tree when it needs it (scratch_cache and clear_cache replace it)
         self.decoder = Decoder(model, lambda: self.tree, tokenizer, stop_ids, end_of_turn_ids,
                                self.geometry.bytes_per_token, self.stats)
+        # constrained replies (tool_choice required, response_format): grammars compiled for this tokenizer
+        self.grammars = GrammarCompiler(tokenizer, model.vocab_size, stop_ids)
 
     @classmethod
     def from_pretrained(cls, name: str = "gemma-3-270m", *, template: str | None = None,
@@ -298,14 +301,19 @@ class Engine:
         plus ``max_tokens`` fits the context window; it is ``PREPARED`` after. Touches neither the
         tree nor the model: safe on any thread (the server calls it on a pool thread).
 
+        Its grammar, if any, is compiled here too (``request.matcher``; cached per grammar).
+
         Raises:
             MessageError, ScheduleError: a malformed request.
             ContextLengthError: the prompt plus ``max_tokens`` does not fit the context window.
+            AKVError: a grammar past the compiler's limits (``engine.grammar.GrammarCompiler.matcher``).
         """
         if request.state is RequestState.NEW and isinstance(request.messages, list):  # screened: already checked
             self.window.check_fits(len(request.messages), request.schedule, request.sampling.max_tokens)
         prepared = self._tokenize(request.messages, request.schedule, request.reply_prefix, (), request.salt,
                                   request.sampling.max_tokens)
+        if request.grammar is not None:
+            request.matcher = self.grammars.matcher(request.grammar)
         request.advance(RequestState.PREPARED, prepared)
         return request
 

@@ -36,7 +36,11 @@ class ChatOptions(TypedDict, total=False):
         tool_choice: OpenAI's: ``"auto"`` (the default), ``"none"``, ``"required"`` or
             ``{"type": "function", "function": {"name": ...}}`` over message 0's ``tools``. The last
             two open the reply with ``<tool_call>`` (``engine.toolcalls.forced_opening``), and the text
-            returned starts with that opening.
+            returned starts with that opening; the rest of the reply is decoded under a grammar of the
+            declared tools' schemas (``engine.grammar``): well-formed calls of declared tools.
+        response_format: OpenAI's: ``{"type": "json_schema", "json_schema": {"schema": {...}}}`` or
+            ``{"type": "json_object"}`` decode the reply as one JSON value of the schema
+            (``engine.grammar``); ``{"type": "text"}`` or ``None`` (the default) leave it free.
         on_text: called with each new piece of text as it is generated (streaming).
         cancelled: polled between tokens; when it returns True generation stops.
         salt: the tenant's cache namespace (``engine.history.Salt``): histories with different salts
@@ -53,6 +57,7 @@ class ChatOptions(TypedDict, total=False):
     min_tokens: int
     prefix: str
     tool_choice: str | dict[str, Any] | None
+    response_format: Mapping[str, Any] | None
     on_text: Callable[[str], None] | None
     cancelled: Callable[[], bool] | None
     salt: str | None

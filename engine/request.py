@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from engine.grammar import ReplyGrammar, reply_grammar
 from engine.sampling import SamplingParams
 from engine.schedule import Schedule, parse_schedule
 from engine.toolcalls import forced_opening, message_tools
 
 if TYPE_CHECKING:
+    from engine.grammar import GrammarMatcher
     from engine.history import Item
     from engine.results import Prepared
     from engine.served_policy import PolicyReport
@@ -55,7 +57,7 @@ _FOLLOWS = {
 
 @dataclass(eq=False)
 class Request:
-    """A chat request. Every field but ``prepared`` and ``state`` is fixed when it is built.
+    """A chat request. Every field but ``prepared``, ``matcher`` and ``state`` is fixed when it is built.
 
     Attributes:
         messages: OpenAI-style messages (the request's tools already on message 0, where the
@@ -68,8 +70,12 @@ class Request:
         tools: the declared tool specs (the request's, or message 0's).
         opening: ``tool_choice``'s forced opening over ``tools`` (``engine.toolcalls.forced_opening``):
             the reply starts with it, and the text returned includes it.
+        grammar: what the reply after ``opening`` must match (``engine.grammar.reply_grammar``: a
+            required tool call, or ``response_format``'s JSON), ``None`` for free text.
         salt: the tenant's cache namespace (``engine.history.Salt``), ``None`` for the shared one.
         prepared: the tokenized, replayed history, once ``PREPARED``.
+        matcher: ``grammar`` compiled for the engine's tokenizer, once ``PREPARED``
+            (``engine.grammar.GrammarCompiler``); the decoder masks the reply's tokens with it.
         state: the lifecycle (:class:`RequestState`), advanced by :meth:`advance`.
         policy: for a request that named a served policy (``MODEL@NAME``), how its schedule was
             made (``engine.served_policy.PolicyReport``); ``None`` otherwise.
@@ -83,7 +89,9 @@ class Request:
     tools: Sequence[Any] | None = None
     opening: str = ""
     salt: str | None = None
+    grammar: ReplyGrammar | None = None
     prepared: Prepared | None = None
+    matcher: GrammarMatcher | None = None
     state: RequestState = RequestState.NEW
     policy: PolicyReport | None = None
 
@@ -92,18 +100,20 @@ class Request:
            options: Mapping[str, Any], template_stop: Sequence[str] = ()) -> Request:
         """The request of ``Engine.chat``'s arguments: options checked and sampling built (with
         ``template_stop`` after the caller's stop strings), ``tool_choice`` over message 0's tools,
-        the schedule parsed. ``on_text`` and ``cancelled`` are accepted and left to the caller.
+        its grammar (``tool_choice`` and ``response_format``), the schedule parsed. ``on_text`` and
+        ``cancelled`` are accepted and left to the caller.
 
         Raises:
             TypeError: an option that is not a :class:`engine.interface.ChatOptions` key.
-            AKVError subclasses: a bad sampling value, ``tool_choice`` or schedule (in that order).
+            AKVError subclasses: a bad sampling value, ``tool_choice``, schema or schedule (in that order).
         """
         sampling = SamplingParams.of(options, template_stop)
         tools = message_tools(messages)
         tool_choice = options.get("tool_choice")
         opening = forced_opening(tool_choice, tools)
+        grammar = reply_grammar(tool_choice, tools, options.get("response_format"))
         return cls(messages, parse_schedule(schedule), sampling, options.get("prefix", ""), tool_choice, tools,
-                   opening, options.get("salt"))
+                   opening, options.get("salt"), grammar)
 
     @property
     def reply_prefix(self) -> str:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from engine.cache.plan import TokenUsage
     from engine.cache.radix import Node
     from engine.decode import DecodeCache, Sampler
+    from engine.grammar import GrammarMatcher
     from engine.history import History, Item
     from engine.layout import Layout
     from engine.request import Request
@@ -116,7 +117,8 @@ class Generation:
     """An in-flight chat request between :meth:`engine.engine.Engine.start` and :meth:`engine.engine.Engine.finish`.
 
     ``request`` is the request itself (its sampling options, opening and prepared history);
-    ``hidden`` is the last-layer state after the newest token; ``tokens`` the generated ids.
+    ``hidden`` is the last-layer state after the newest token; ``tokens`` the generated ids;
+    ``grammar`` the request's matcher (``Request.matcher``) where its reply is constrained.
     """
 
     request: Request
@@ -130,6 +132,7 @@ class Generation:
     cancelled: Callable[[], bool] | None
     t_start: float
     t_decode: float
+    grammar: GrammarMatcher | None = None
     tokens: list[int] = field(default_factory=list)
     emitted: str = ""
     reason: str | None = None

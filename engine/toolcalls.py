@@ -9,11 +9,13 @@ call's bare JSON, ``{"name": ..., "arguments": {...}}``, without the tags, or in
 code fence. When the caller names the declared tools, a reply that is nothing but such an object
 (or a list of them) whose names are all declared tools is read as those calls too
 (``ParsedReply.untagged``); anything else stays text. A last block that the end of the turn cut
-before its closing tag counts when its JSON is a whole call.
+before its closing tag counts when its JSON is a whole call. One block may hold several calls: a
+JSON list of them, or one JSON object per line (as some models write parallel calls).
 
 OpenAI's ``tool_choice`` (:func:`forced_opening`): ``"required"`` or a named function makes the reply
 open with ``<tool_call>`` (and the function's name), so the model's next tokens are a call's JSON:
-how an agent harness keeps a small model that would otherwise end its turn in the tool loop.
+how an agent harness keeps a small model that would otherwise end its turn in the tool loop. The
+rest of such a reply is decoded under a grammar of the declared tools (``engine.grammar``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ _FENCE = re.compile(r"^```[A-Za-z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
 @dataclass(frozen=True)
 class ParsedReply:
-    """Text before the first tool call, the calls (OpenAI shape), and unparseable blocks.
+    """Text before the first tool call, the calls (OpenAI shape), and the text of the blocks that hold
+    no JSON call (whole: a caller may read them another way, as BFCL's Python form).
 
     ``untagged``: the calls were read from a reply that is only their JSON, without
     ``<tool_call>`` tags (see the module docstring)."""
@@ -66,12 +69,28 @@ def _unfenced(text: str) -> str:
     return fenced.group(1).strip() if fenced else body
 
 
-def _block_call(i: int, raw: str) -> dict[str, Any] | None:
-    """The call in one ``<tool_call>`` block's text (its JSON, or its JSON in a Markdown fence)."""
+def _json(text: str) -> Any:
+    """``text``'s JSON value, or ``None`` when it is not JSON."""
     try:
-        return _call(i, raw, json.loads(_unfenced(raw)))
+        return json.loads(text)
     except (ValueError, RecursionError):  # JSONDecodeError, and an integer past 4,300 digits
         return None
+
+
+def _block_calls(i: int, raw: str) -> list[dict[str, Any]] | None:
+    """The calls in one ``<tool_call>`` block's text (in a Markdown fence or not): one call's JSON,
+    a JSON list of calls, or one call's JSON per line; ``None`` when it is none of these (``i``:
+    the block's index, for the calls' ids)."""
+    body = _unfenced(raw)
+    whole = _json(body)
+    objs = whole if isinstance(whole, list) else [whole] if whole is not None else None
+    if objs is None and "\n" in body:
+        lines = [_json(line) for line in body.splitlines() if line.strip()]
+        objs = lines if all(isinstance(o, dict) for o in lines) else None
+    if not objs:
+        return None
+    calls = [_call(i, f"{j}:{raw}" if j else raw, o) for j, o in enumerate(objs)]
+    return None if any(c is None for c in calls) else [c for c in calls if c is not None]
 
 
 def _untagged(text: str, tool_names: Collection[str]) -> list[dict[str, Any]]:
@@ -94,18 +113,19 @@ def _untagged(text: str, tool_names: Collection[str]) -> list[dict[str, Any]]:
 def parse_tool_calls(text: str, tool_names: Collection[str] = ()) -> ParsedReply:
     """The ``<tool_call>`` blocks of ``text`` as OpenAI calls; with ``tool_names`` (the declared
     tools), a reply without blocks that is only such a call's JSON counts too."""
-    calls, invalid = [], []
-    for i, raw in enumerate(_BLOCK.findall(text)):
-        call = _block_call(i, raw)
-        if call is None:
-            invalid.append(raw[:200])
+    calls: list[dict[str, Any]] = []
+    invalid: list[str] = []
+    blocks = _BLOCK.findall(text)
+    for i, raw in enumerate(blocks):
+        found = _block_calls(i, raw)
+        if found is None:
+            invalid.append(raw)
             continue
-        calls.append(call)
+        calls.extend(found)
     opened = text.rfind("<tool_call>")
     if opened >= 0 and text.find("</tool_call>", opened) < 0:  # the turn ended inside a block
-        cut_call = _block_call(len(calls) + len(invalid), text[opened + len("<tool_call>"):].strip())
-        if cut_call is not None:
-            calls.append(cut_call)
+        cut_calls = _block_calls(len(blocks), text[opened + len("<tool_call>"):].strip())
+        calls.extend(cut_calls or ())
     if not calls and not invalid and tool_names:
         bare = _untagged(text, tool_names)
         if bare:

@@ -45,6 +45,7 @@ from engine.cache.accounting import Accountant
 from engine.cache.plan import TokenUsage
 from engine.engine import GiB
 from engine.errors import AKVError, ModelLoadError, RemoteError, ScoringUnsupportedError
+from engine.grammar import reply_grammar
 from engine.interface import ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.models.lean import KVGeometry
@@ -193,10 +194,13 @@ class RemoteEngine:
             body["ignore_eos"] = True  # the name vLLM and SGLang use too
         if params.min_tokens:
             body["min_tokens"] = params.min_tokens  # vLLM's and SGLang's name
-        tool_choice = options.get("tool_choice")
+        tool_choice, response_format = options.get("tool_choice"), options.get("response_format")
         opening = forced_opening(tool_choice, message_tools(messages))  # refused here as in process
+        reply_grammar(tool_choice, message_tools(messages), response_format)  # the same schema checks
         if tool_choice is not None:
             body["tool_choice"] = tool_choice
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
         t0 = time.perf_counter()
         if on_text is not None or cancelled is not None:
             streamed = self.wire.stream_chat(body, on_text, cancelled)

@@ -21,6 +21,7 @@ from typing import Any
 
 from engine.engine import Engine
 from engine.errors import AKVError, MessageError, show
+from engine.grammar import reply_grammar
 from engine.layout import Renderer
 from engine.request import Request
 from engine.results import Prepared
@@ -69,17 +70,20 @@ def check_fields(req: ChatRequest, policy: ServedPolicy | None, model: str) -> N
 def build_chat(req: ChatRequest, template_stop: Sequence[str], salt: str | None = None) -> Request:
     """The request object of a validated chat body, unscreened, in the order of the checks: the
     request's tools onto message 0 (``engine.template.attach_tools``), sampling values (with
-    ``template_stop`` after the request's stop strings), ``tool_choice``, messages and schedule.
+    ``template_stop`` after the request's stop strings), ``tool_choice``, the reply's grammar
+    (``tool_choice`` and ``response_format``: ``engine.grammar.reply_grammar``), messages and schedule.
 
     Raises:
-        AKVError subclasses: bad tools, sampling values, ``tool_choice``, messages or schedule (400).
+        AKVError subclasses: bad tools, sampling values, ``tool_choice``, schemas, messages or
+            schedule (400).
     """
     messages = attach_tools(req.messages, req.tools)  # rendered in the system turn where the template does
     sampling = SamplingParams(req.new_tokens(), req.temperature, req.top_p, req.seed,
                               tuple(req.stop_list()) + tuple(template_stop), req.ignore_eos, req.min_tokens)
     opening = forced_opening(req.tool_choice, req.tools)
+    grammar = reply_grammar(req.tool_choice, req.tools, req.response_format)
     return Request(messages, _schedule(messages, req.schedule()), sampling, req.prefix, req.tool_choice,
-                   req.tools, opening, salt)
+                   req.tools, opening, salt, grammar)
 
 
 def chat_request(req: ChatRequest, window: ContextWindow, salt: str | None = None) -> Request:

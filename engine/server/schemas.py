@@ -52,7 +52,6 @@ UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "logprobs": lambda v: bool(v), "top_logprobs": lambda v: v not in (None, 0),
     "logit_bias": lambda v: bool(v), "presence_penalty": lambda v: v not in (None, 0),
     "frequency_penalty": lambda v: v not in (None, 0),
-    "response_format": lambda v: v is not None and not (isinstance(v, dict) and v.get("type") == "text"),
 }
 """OpenAI fields that would change the reply and that the engine does not implement: refused when
 set to anything but their default, so a client never gets a reply that silently ignored them."""
@@ -94,8 +93,12 @@ class ChatRequest(ScheduleFields):
     # do not: with those, list the tools in the system prompt (as the task suites do).
     tools: list[Any] | None = None
     # OpenAI tool_choice: "auto" (default), "none" (calls stay text), "required" or a named function
-    # (the reply opens with a tool call: engine.toolcalls.forced_opening)
+    # (the reply opens with a tool call: engine.toolcalls.forced_opening, and goes on under a grammar of the
+    # declared tools' schemas: engine.grammar)
     tool_choice: str | dict[str, Any] | None = None
+    # OpenAI response_format: {"type": "text"} (default), {"type": "json_object"} or {"type": "json_schema",
+    # "json_schema": {"name": ..., "schema": {...}}}: the reply decoded under the schema's grammar (engine.grammar)
+    response_format: dict[str, Any] | None = None
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -3,10 +3,12 @@
 A reply's calls are read in one of two forms:
 
 - ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (what ChatML models write;
-  :func:`engine.toolcalls.parse_tool_calls`), the arguments a JSON object;
+  :func:`engine.toolcalls.parse_tool_calls`), the arguments a JSON object; a block may hold several
+  calls (a JSON list, or one object per line);
 - BFCL's Python-call form, ``[cd(folder='document'), ls(a=True)]`` or one bare call, read with
   :func:`ast.parse` and accepted only when every call is a declared name applied to literal
-  arguments (:func:`ast.literal_eval` of each; nothing is looked up or run).
+  arguments (:func:`ast.literal_eval` of each; nothing is looked up or run); on its own or inside a
+  ``<tool_call>`` block.
 
 Either way a call becomes a :class:`Call` (a declared name, literal positional and keyword
 arguments) and anything else a :class:`Refused` with a one-line reason: an undeclared or
@@ -167,7 +169,14 @@ def parse_reply(text: str, declared: Collection[str]) -> ParsedCalls:
     reply = parse_tool_calls(text, declared)
     if reply.tool_calls or reply.invalid:
         calls: list[Call] = []
-        refused = [Refused(f"not a JSON tool call: {_short(raw)}") for raw in reply.invalid]
+        refused: list[Refused] = []
+        for raw in reply.invalid:  # a block that holds no JSON call may hold Python-form calls
+            python = parse_python_calls(raw, declared)
+            if python is None:
+                refused.append(Refused(f"not a JSON tool call: {_short(raw)}"))
+            else:
+                calls.extend(python.calls)
+                refused.extend(python.refused)
         for tc in reply.tool_calls:
             fn = tc["function"]
             try:

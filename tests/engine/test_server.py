@@ -143,8 +143,11 @@ BAD = [
     # OpenAI fields that would change the reply and are not implemented (they were ignored in silence)
     ("logprobs asked", {"messages": trajectory(2), "logprobs": True, "top_logprobs": 5}, None, 400, "logprobs"),
     ("presence penalty", {"messages": trajectory(2), "presence_penalty": 0.5}, None, 400, "presence_penalty"),
-    ("json mode", {"messages": trajectory(2), "response_format": {"type": "json_object"}}, None, 400,
+    # response_format is served (engine.grammar); a malformed one or an invalid schema is a 400
+    ("json mode unknown", {"messages": trajectory(2), "response_format": {"type": "xml"}}, None, 400,
      "response_format"),
+    ("json schema invalid", {"messages": trajectory(2), "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "integr"}}}}, None, 400, "response_format"),
     ("logit bias", {"messages": trajectory(2), "logit_bias": {"42": 100}}, None, 400, "logit_bias"),
 ]
 

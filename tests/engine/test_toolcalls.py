@@ -83,3 +83,17 @@ def test_an_integer_past_python_s_digit_limit_is_an_invalid_block_not_a_crash():
     reply = parse_tool_calls(f'<tool_call>{{"name": "ls", "arguments": {{"a": {huge}}}}}</tool_call>', ["ls"])
     assert reply.tool_calls == [] and len(reply.invalid) == 1
     assert parse_tool_calls(f'{{"name": "ls", "arguments": {{"a": {huge}}}}}', ["ls"]).tool_calls == []
+
+
+def test_one_block_may_hold_several_calls_as_a_list_or_one_per_line():
+    one = '{"name": "read_page", "arguments": {"cursor": 1}}'
+    two = '{"name": "search", "arguments": {"q": "x"}}'
+    for body in (f"[{one}, {two}]", f"{one}\n{two}", f"```json\n{one}\n{two}\n```", f"\n{one}\n\n{two}\n"):
+        parsed = parse_tool_calls(f"<tool_call>\n{body}\n</tool_call>")
+        assert [c["function"]["name"] for c in parsed.tool_calls] == ["read_page", "search"], body
+        assert parsed.invalid == [] and len({c["id"] for c in parsed.tool_calls}) == 2
+    cut = parse_tool_calls(f"<tool_call>\n{one}\n{two}")  # the turn ended inside the block
+    assert len(cut.tool_calls) == 2
+    for bad in (f"{one}\nthen search", f"[{one}, 3]", "[]", f"{one}\n[{two}]"):
+        parsed = parse_tool_calls(f"<tool_call>\n{bad}\n</tool_call>")
+        assert parsed.tool_calls == [] and parsed.invalid == [bad], bad

@@ -48,7 +48,7 @@ def test_prose_is_no_call():
         assert parsed.empty and parsed.form == "none", text
 
 
-@pytest.mark.parametrize(("text", "reason"), [
+HOSTILE = [
     ("__import__('os').system('touch CANARY')", "not a declared function's name"),
     ("ls.__class__.__bases__[0].__subclasses__()", "not a declared function's name"),
     ("os.system('touch CANARY')", "not a declared function's name"),
@@ -65,12 +65,35 @@ def test_prose_is_no_call():
     ("ls(a=(1).__class__)", "not a literal (Attribute)"),
     ("ls(a=1 + 2)", "malformed"),
     ("ｌｓ(a=1)", "not written as the declared 'ls'"),  # fullwidth letters: Python folds them to ls
-])
+]
+
+
+@pytest.mark.parametrize(("text", "reason"), HOSTILE)
 def test_hostile_python_calls_are_refused_with_a_reason(text, reason, nothing_runs):
     text = text.replace("CANARY", str(nothing_runs))
     parsed = parse_reply(text, DECLARED)
     assert not parsed.calls and len(parsed.refused) == 1, parsed
     assert reason in parsed.refused[0].reason and "\n" not in parsed.refused[0].reason
+
+
+@pytest.mark.parametrize(("text", "reason"), HOSTILE)
+def test_hostile_python_calls_inside_a_tool_call_block_are_refused_too(text, reason, nothing_runs):
+    parsed = parse_reply(f"<tool_call>\n{text.replace('CANARY', str(nothing_runs))}\n</tool_call>", DECLARED)
+    assert parsed.form == "tool_call" and not parsed.calls and len(parsed.refused) == 1, parsed
+    assert reason in parsed.refused[0].reason
+
+
+def test_several_calls_in_one_block_and_the_python_form_in_a_block():
+    rows = '{"name": "cd", "arguments": {"folder": "d"}}\n{"name": "ls", "arguments": {"a": true}}'
+    listed = '[{"name": "cd", "arguments": {"folder": "d"}}, {"name": "ls", "arguments": {"a": true}}]'
+    python = "[cd(folder='d'), ls(a=True)]"
+    for body in (rows, listed, python):
+        parsed = parse_reply(f"<tool_call>\n{body}\n</tool_call>", DECLARED)
+        assert [c.source for c in parsed.calls] == ["cd(folder='d')", "ls(a=True)"] and not parsed.refused, body
+    mixed = parse_reply("<tool_call>\n[cd(folder='d'), rm(path='/')]\n</tool_call>", DECLARED)
+    assert [c.name for c in mixed.calls] == ["cd"] and "'rm' is not a declared function" in mixed.refused[0].reason
+    prose = parse_reply("<tool_call>\nI will call cd next.\n</tool_call>", DECLARED)
+    assert not prose.calls and "not a JSON tool call" in prose.refused[0].reason
 
 
 def test_one_bad_call_does_not_take_the_good_ones_with_it():
