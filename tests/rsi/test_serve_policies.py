@@ -4,6 +4,8 @@ modules contained, refused ones refused at start in one line; the command line's
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from openai import OpenAI
@@ -128,17 +130,23 @@ def test_refused_policies_are_one_line_at_start(tmp_path, monkeypatch, capsys):
         one_line(main(argv), capsys.readouterr().err, "akv serve", *words)
 
 
-def test_akv_serve_with_a_policy_answers_the_openai_client(tiny, tmp_path, monkeypatch, capsys):
-    """``akv serve --model tiny-random --policy k1=...`` (in this process: the app it builds is run on a
-    thread instead of in the foreground)."""
+def akv_serve_app(monkeypatch, *args: str) -> Any:
+    """The app ``akv serve ARGS`` builds, in this process, for the caller to run on a thread
+    (``ServerThread``) instead of in the foreground."""
     import engine.server
 
     apps = []
     monkeypatch.setattr(engine.server, "serve", lambda app, host, port: apps.append(app))
-    assert main(["serve", "--model", "tiny-random", "--port", "0", "--snapshot-dir", str(tmp_path),
-                 "--intake-bytes", "0", "--policy", "k1=rolling_drop:keep_tool_responses=1"]) == 0
+    assert main(["serve", *args]) == 0
+    return apps[0]
+
+
+def test_akv_serve_with_a_policy_answers_the_openai_client(tiny, tmp_path, monkeypatch, capsys):
+    """``akv serve --model tiny-random --policy k1=...``."""
+    app = akv_serve_app(monkeypatch, "--model", "tiny-random", "--port", "0", "--snapshot-dir", str(tmp_path),
+                        "--intake-bytes", "0", "--policy", "k1=rolling_drop:keep_tool_responses=1")
     assert "model tiny-random@k1: ReplayPolicy('k1'" in capsys.readouterr().out
-    with ServerThread(apps[0]) as srv:
+    with ServerThread(app) as srv:
         client = _client(srv)
         assert [m.id for m in client.models.list()] == ["tiny-random", "tiny-random@k1"]
         msgs = trajectory(4)
