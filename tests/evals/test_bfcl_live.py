@@ -29,6 +29,7 @@ USAGE = TokenUsage(prompt_tokens=1000, prefill_tokens=600, cached_tokens=300, dr
 class Reply:
     text: str
     usage: TokenUsage = USAGE
+    token_ids: tuple[int, ...] = ()
 
 
 def call(name, **args):
