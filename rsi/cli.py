@@ -629,6 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="guard every policy's drops: a message leaves only after an assistant turn has read it, and "
                         "the system prompt and first user message never leave (what a live agent needs); on by "
                         "itself for --run of a run searched under eval.frame_guard, and --program of a guarded export")
+    e.add_argument("--tool-choice", default="auto", choices=["auto", "required"],
+                   help="BFCL suites: 'required' makes each turn's first reply a call of a declared tool "
+                        "(decoded under the tools' grammar), later replies 'auto'; 'auto' (default): prose allowed")
     e.add_argument("--out", default=None,
                    help="results JSON, per-task parquet next to it (default: eval-results.json)")
     e.add_argument("--force", action="store_true", help="overwrite --out (and its parquet and plot) when they exist")

@@ -63,7 +63,7 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     selection = load_tasks(args.suite, args.split, args.limit, args.offset)
     dtype = getattr(args, "dtype", None) or "float32"
     engine = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
-    config = JudgeConfig()
+    config = JudgeConfig(tool_choice=getattr(args, "tool_choice", "auto"))
     partial = out.with_name(out.name + ".partial.jsonl")
     if getattr(args, "force", False):
         partial.unlink(missing_ok=True)

@@ -51,15 +51,18 @@ class Responder(Protocol):
 
 @dataclass
 class EngineResponder:
-    """The engine's greedy reply (``tool_choice`` as OpenAI's: ``auto`` lets the model end its turn)."""
+    """The engine's greedy reply. ``tool_choice``: ``auto`` (OpenAI's: the model may end its turn in
+    prose at any reply) or ``required`` (a turn's first reply is a call of a declared tool, decoded
+    under the tools' grammar; later replies ``auto``, so the turn can end)."""
 
     engine: ChatEngine
     max_tokens: int = 256
     tool_choice: str = "auto"
 
     def reply(self, context: list[dict[str, Any]], schedule: Any, turn: int, step: int) -> str:
+        choice = "required" if self.tool_choice == "required" and step == 0 else "auto"
         return self.engine.chat(context, schedule, max_tokens=self.max_tokens, temperature=0.0,
-                                tool_choice=self.tool_choice).text
+                                tool_choice=choice).text
 
 
 @dataclass
@@ -137,6 +140,8 @@ class JudgeConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
             raise ValueError(f"max_steps and max_tokens must be >= 1, got {self.max_steps}, {self.max_tokens}")
+        if self.tool_choice not in ("auto", "required"):
+            raise ValueError(f"tool_choice must be 'auto' or 'required', got {self.tool_choice!r}")
 
 
 def _checkers() -> tuple[Any, Any]:

@@ -9,6 +9,7 @@ import pytest
 
 from evals.bfcl import GoldResponder, JudgeConfig, judge, judge_task, summarize
 from evals.bfcl.data import read_entries, to_task
+from evals.bfcl.judge import EngineResponder
 from evals.bfcl.report import table
 from evals.cache.evaluator import PolicySpec
 from evals.errors import AKVError, TaskError
@@ -130,3 +131,28 @@ def test_each_result_is_recorded_as_it_finishes_and_a_rerun_takes_it_from_the_lo
     assert first[0].passed and [r.to_row() for r in again] == [r.to_row() for r in first]
     with pytest.raises(AKVError, match=r"another run \(model: 'm' there, 'n' now\)"):
         ResultLog(path, {"model": "n"})
+
+
+class _Recorder:
+    """A chat engine that records the ``tool_choice`` of each call and answers with no call."""
+
+    def __init__(self) -> None:
+        self.choices: list[str] = []
+
+    def chat(self, messages, schedule=None, **options):
+        self.choices.append(options["tool_choice"])
+        return type("Result", (), {"text": "no call"})()
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("auto", ["auto", "auto"]), ("required", ["required", "auto"])])
+def test_the_responder_requires_a_call_only_on_a_turn_s_first_reply(mode, expected):
+    engine = _Recorder()
+    responder = EngineResponder(engine, max_tokens=8, tool_choice=mode)  # type: ignore[arg-type]
+    for step in range(2):
+        responder.reply([{"role": "user", "content": "x"}], None, turn=0, step=step)
+    assert engine.choices == expected
+
+
+def test_an_unknown_tool_choice_is_refused_with_its_value():
+    with pytest.raises(ValueError, match="'none'"):
+        JudgeConfig(tool_choice="none")
