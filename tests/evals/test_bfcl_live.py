@@ -8,28 +8,17 @@ random model over HTTP, with a policy's schedule on every request."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pytest
 
-from engine.cache.plan import TokenUsage
 from engine.durable import CheckpointStore
 from engine.errors import RemoteUnavailableError
 from evals.bfcl.data import Entry
 from evals.bfcl.live import RESULTS_FILE, BfclLiveConfig, live_summary, run_bfcl_episode, run_bfcl_live
 from evals.errors import AKVError
 from search_spaces import get_policy
-
-USAGE = TokenUsage(prompt_tokens=1000, prefill_tokens=600, cached_tokens=300, drop_skipped_tokens=100,
-                   repos_tokens=50, completion_tokens=20)
-
-
-@dataclass
-class Reply:
-    text: str
-    usage: TokenUsage = USAGE
-    token_ids: tuple[int, ...] = ()
+from tests.evals.test_live import Reply  # the scripted model's reply, as akv live's tests have it
 
 
 def call(name, **args):
