@@ -1,4 +1,4 @@
-"""Every measured figure of README.md and docs/results.md, rendered from the JSON under ``bench/results/``.
+"""Every measured figure of README.md and the docs, rendered from the JSON under ``bench/results/``.
 
     python -m bench.render_results           # rewrite each block in place (``make results``)
     python -m bench.render_results --check   # exit 1 naming each block whose committed figures differ
@@ -28,8 +28,9 @@ from bench import RESULTS
 from bench.result_blocks import BLOCKS, STATUS_BLOCKS, Results, ResultsError
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ("README.md", "docs/results.md")
-"""The documents whose measured figures are all rendered."""
+DOCUMENTS = ("README.md", "docs/results.md", "docs/survival.md", "docs/live.md", "docs/tasks.md")
+"""The documents whose measured figures are all rendered (the other docs quote none; docs/notebook.md,
+a dated diary, is exempt)."""
 
 _BLOCK = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
 _OPEN = re.compile(r"<!-- results:([a-z0-9-]+) -->")
