@@ -10,7 +10,12 @@ ten: rolling drops of other depths) and the same tasks, one policy after another
 (``Replay.evaluate``) vs the policies of a task in lockstep (``Replay.evaluate_policies``: each
 probe scored for all of them in one batched forward); both share the tree, emptied at the start of
 each repeat. The median of ``--repeats`` repeats (modes alternating) is reported, the rows of the
-two modes are checked equal, and ``bench/results/eval-lockstep.json`` is written.
+two modes are checked equal, and ``bench/results/eval-lockstep.json`` is written. With
+``--generate`` probes are scored by their greedy answers (``--scoring generate``): lockstep then
+also generates each probe's answers for all policies in shared decode steps
+(``Engine.generate_many``), and the answers and verdicts that differ from the sequential run's
+are counted (``bench/results/eval-lockstep-generate.json``); a third mode, ``lockstep-alone``,
+scores in lockstep but generates the answers one at a time (the batched decode's own share).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import torch
 from bench import write_result
 from engine.engine import Engine
 from evals.cache.evaluator import EvalConfig, PolicySpec, Replay
+from evals.cache.generation import BatchGeneration
 from evals.tasks import load_suite
 
 MEASURES = ["engine", "evals/cache"]
@@ -68,23 +74,30 @@ def population(n: int) -> list[PolicySpec]:
 def lockstep(engine: Engine, specs: list[PolicySpec], tasks: list[Any], config: EvalConfig,
              repeats: int) -> dict[str, Any]:
     """Sequential vs lockstep evaluations per minute, median of ``repeats`` (see the module docstring)."""
-    replay = Replay(engine, config)
-    walls: dict[str, list[float]] = {"sequential": [], "lockstep": []}
+    replays = {"sequential": Replay(engine, config), "lockstep": Replay(engine, config)}
+    if config.generate:
+        replays["lockstep-alone"] = Replay(engine, config, BatchGeneration(batch_size=1))
+    walls: dict[str, list[float]] = {m: [] for m in replays}
     rows: dict[str, list[str]] = {}
+    answers: dict[str, list[tuple[str, bool]]] = {}
     n = len(tasks) * len(specs)
     for _ in range(repeats):
-        for mode in walls:
+        for mode, replay in replays.items():
             engine.clear_cache()
             t0 = time.perf_counter()
-            out = [r for task in tasks for r in (replay.evaluate_policies(specs, task) if mode == "lockstep"
+            out = [r for task in tasks for r in (replay.evaluate_policies(specs, task) if mode != "sequential"
                                                  else [replay.evaluate(s, task) for s in specs])]
             walls[mode].append(time.perf_counter() - t0)
+            answers[mode] = [(p.generated, p.passed) for r in out for p in r.probes]
             rows[mode] = [json.dumps(dataclasses.replace(r, seconds=0.0).to_row(), sort_keys=True, default=str)
                           for r in out]
     per_min = {m: 60 * n / statistics.median(w) for m, w in walls.items()}
     return {"evaluations": n, "repeats": repeats, "wall_s": walls, "evals_per_min": per_min,
             "speedup": per_min["lockstep"] / per_min["sequential"],
-            "same_rows": rows["lockstep"] == rows["sequential"],
+            "same_rows": all(r == rows["sequential"] for r in rows.values()),
+            "answers": len(answers["sequential"]),
+            "answer_diffs": sum(a[0] != b[0] for a, b in zip(answers["lockstep"], answers["sequential"])),
+            "verdict_diffs": sum(a[1] != b[1] for a, b in zip(answers["lockstep"], answers["sequential"])),
             "failed": sum('"ok": false' in r for r in rows["sequential"])}
 
 
@@ -99,23 +112,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-task-tokens", type=int, default=0)
     p.add_argument("--lockstep", action="store_true", help="sequential vs lockstep evaluation (see above)")
     p.add_argument("--repeats", type=int, default=3, help="with --lockstep: repeats (the median is reported)")
+    p.add_argument("--generate", action="store_true", help="with --lockstep: score probes by their greedy answers, "
+                   "generated in shared decode steps in lockstep (see above)")
     p.add_argument("--out", default=None, help="default: bench/results/eval-throughput.json "
-                   "(--lockstep: eval-lockstep.json)")
+                   "(--lockstep: eval-lockstep.json, with --generate: eval-lockstep-generate.json)")
     args = p.parse_args(argv)
     pool = [t for t in load_suite(args.suite, "train")
             if not args.max_task_tokens or t.n_tokens is None or t.n_tokens <= args.max_task_tokens]
     tasks = select_tasks(pool, args.tasks)
     engine = Engine.from_pretrained(args.model, template="plain")
-    config = EvalConfig(generate=False)
+    config = EvalConfig(scoring="generate") if args.generate else EvalConfig(generate=False)
+    if args.generate and not args.lockstep:
+        p.error("--generate goes with --lockstep")
     if args.lockstep:
         specs = population(args.policies)
         res = lockstep(engine, specs, tasks, config, args.repeats)
         for mode, rate in res["evals_per_min"].items():
-            print(f"{mode:10s} {res['evaluations']} evaluations: {rate:6.1f}/min (median of "
+            print(f"{mode:14s} {res['evaluations']} evaluations: {rate:6.1f}/min (median of "
                   f"{', '.join(f'{w:.1f}' for w in res['wall_s'][mode])} s)")
         print(f"lockstep / sequential: {res['speedup']:.2f}x; same rows: {res['same_rows']}; failed {res['failed']}")
-        write_result(args.out or "bench/results/eval-lockstep.json",
-                     {"model": args.model, "policies": [s.display for s in specs], "tasks": [t.id for t in tasks],
+        if args.generate:
+            print(f"greedy answers: {res['answers']}, {res['answer_diffs']} differ from the sequential run's, "
+                  f"{res['verdict_diffs']} in verdict")
+        default = "bench/results/eval-lockstep-generate.json" if args.generate else "bench/results/eval-lockstep.json"
+        write_result(args.out or default,
+                     {"model": args.model, "scoring": config.scoring, "policies": [s.display for s in specs],
+                      "tasks": [t.id for t in tasks],
                       "threads": torch.get_num_threads(), **res}, measures=MEASURES)
         return 0 if res["same_rows"] else 1
     specs = POLICIES[: args.policies]

@@ -27,7 +27,7 @@ from engine.errors import (
     SnapshotError,
 )
 from engine.history import REPOSITION, Drop, History, Reposition, replay
-from engine.interface import BatchScorer, ChatEngine, ChatOptions
+from engine.interface import BatchGenerator, BatchScorer, ChatEngine, ChatOptions
 from engine.layout import Layout, Rendered, Renderer
 from engine.remote import RemoteEngine
 from engine.results import ChatResult, ScoreResult
@@ -39,6 +39,7 @@ __all__ = [
     "REPOSITION",
     "AKVError",
     "Accountant",
+    "BatchGenerator",
     "BatchScorer",
     "CapacityError",
     "ChatEngine",

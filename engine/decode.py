@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("akv.decode")
 
+GENERATE_BATCH = 8
+"""Generations in flight at once by default in :meth:`Decoder.run` (``Engine.generate_many``): on
+CPU a decode step's cost grows little with a few more rows, and each in-flight generation holds
+its prompt's tree path locked and its own decode cache."""
+
 
 class DecodeCache:
     """The final view's KV, contiguous, with room for generated tokens.
@@ -267,6 +272,38 @@ class Decoder:
         hidden = step_caches(self.model, [g.cache for g in advancing], toks, positions)
         for g, h in zip(advancing, hidden):
             g.hidden = h
+
+    def run(self, requests: Sequence[Request], batch_size: int = GENERATE_BATCH) -> list[ChatResult]:
+        """Generate a reply for each ``PREPARED`` request, at most ``batch_size`` in flight:
+        started (prefilled) in order as room frees up, advanced together by :meth:`step`, finished
+        as they end (in order among those ending at the same step). The results, in the requests'
+        order, are what :meth:`start`, :meth:`step` until done and :meth:`finish` give each one
+        alone, but for the rounding of the batched step and a later request's prompt that extends
+        an earlier one's reply, whose generated KV may not be in the tree yet (it is computed).
+
+        On an error every started generation is finished (its locks released) before it propagates.
+        """
+        assert batch_size >= 1, batch_size
+        results: list[ChatResult | None] = [None] * len(requests)
+        waiting = iter(enumerate(requests))
+        active: list[tuple[int, Generation]] = []
+        try:
+            while True:
+                while len(active) < batch_size and (nxt := next(waiting, None)) is not None:
+                    active.append((nxt[0], self.start(nxt[1])))
+                if not active:
+                    break
+                self.step([g for _, g in active])
+                for i, g in active:
+                    if g.done:
+                        results[i] = self.finish(g)
+                active = [(i, g) for i, g in active if not g.finished]
+        finally:
+            for _, g in active:
+                if not g.finished:
+                    self.finish(g)
+        assert all(r is not None for r in results)
+        return [r for r in results if r is not None]
 
     def _mask(self, g: Generation, logits: torch.Tensor, held: bool) -> None:
         """Mask ``logits`` [V] in place: the end-of-turn tokens while ``held`` (``min_tokens``), and

@@ -24,7 +24,7 @@ from engine.cache.accounting import Accountant
 from engine.cache.kvstore import TensorKV
 from engine.cache.plan import TokenUsage, plan_request, release
 from engine.cache.radix import Node, RadixTree
-from engine.decode import Decoder, stop_token_ids
+from engine.decode import GENERATE_BATCH, Decoder, stop_token_ids
 from engine.errors import AKVError, ModelLoadError
 from engine.grammar import GrammarCompiler
 from engine.history import Item, replay, salted
@@ -384,6 +384,31 @@ class Engine:
         from engine.batch_score import score_many
 
         return score_many(self, requests)
+
+    def generate_many(self, requests: Sequence[Request], batch_size: int = GENERATE_BATCH) -> list[ChatResult]:
+        """Replies to several chat requests (each from :meth:`request`, ``NEW`` or already
+        ``PREPARED``), decoded in shared steps: prefilled in order against the tree, at most
+        ``batch_size`` in flight, each step one forward pass for all of them (the
+        :class:`engine.decode.Decoder` the server's scheduler drives, :meth:`Decoder.run`). Each
+        result is what :meth:`chat` returns for its request (tokens, text, usage, finish reason),
+        greedy tokens equal unless the batched step's float rounding flips an argmax; a request
+        whose prompt extends an earlier request's reply may find that reply's KV not yet in the
+        tree (it is then computed: more ``prefill`` tokens in its usage).
+
+        Raises:
+            ValueError: ``batch_size`` below 1, or a request already started.
+            What :meth:`prepare_request` raises for a bad request, before any request starts.
+        """
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        started = [i for i, r in enumerate(requests) if r.state in (RequestState.RUNNING, RequestState.FINISHED)]
+        if started:
+            raise ValueError(f"generate_many takes new or prepared requests; request {started[0]} is "
+                             f"{requests[started[0]].state.value}")
+        for r in requests:
+            if r.state is not RequestState.PREPARED:
+                self.prepare_request(r)
+        return self.decoder.run(requests, batch_size)
 
     # ------------------------------------------------------------------ internals
 

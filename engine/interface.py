@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack, runtime_chec
 if TYPE_CHECKING:
     from engine.cache.accounting import Accountant
     from engine.layout import Layout, Rendered, Renderer
+    from engine.request import Request
     from engine.results import ChatResult, EngineStats, Prepared, ScoreResult
     from engine.schedule import Schedule
 
@@ -133,3 +134,19 @@ class BatchScorer(Protocol):
     ) -> Prepared: ...
 
     def score_many(self, requests: Sequence[Prepared]) -> list[ScoreResult]: ...
+
+
+@runtime_checkable
+class BatchGenerator(Protocol):
+    """An engine that generates replies for several chat requests in shared decode steps
+    (:class:`engine.Engine`; a remote engine does not). ``generate_many`` returns, request by
+    request, what :meth:`ChatEngine.chat` returns for it (greedy tokens equal wherever float
+    rounding of the batched step leaves the argmax alone) and raises what ``prepare_request``
+    raises for a bad request, before any request starts."""
+
+    def request(self, messages: Sequence[Any], schedule: Mapping[str, Any] | Schedule | None = None,
+                **options: Unpack[ChatOptions]) -> Request: ...
+
+    def prepare_request(self, request: Request) -> Request: ...
+
+    def generate_many(self, requests: Sequence[Request], batch_size: int = ...) -> list[ChatResult]: ...

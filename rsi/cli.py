@@ -625,6 +625,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: loglik, or --run's")
     e.add_argument("--generate", action="store_true",
                    help="also generate greedy answers (exact/contains match; slower; implied by --scoring generate)")
+    e.add_argument("--check-generation", action="store_true",
+                   help="generate each answer batched across a task's policies again alone and report how many "
+                        "differ in tokens, text and verdict (the batched step's float rounding; doubles generation)")
     e.add_argument("--frame-guard", action="store_true",
                    help="guard every policy's drops: a message leaves only after an assistant turn has read it, and "
                         "the system prompt and first user message never leave (what a live agent needs); on by "

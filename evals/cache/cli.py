@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from engine.errors import AKVError
 from engine.files import atomic_write, read_text
-from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult, evaluate
+from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult, evaluate_with
+from evals.cache.generation import BatchGeneration
 from evals.cache.probes import probe_format_for
 from evals.cache.scoring import wilson_interval
 from evals.errors import TaskError
@@ -378,8 +379,11 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     weights = getattr(args, "weights", None) or "dense"
     eng = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype), weights=weights)
     bar = tqdm(total=len(tasks) * len(specs), desc="evaluating", unit="eval")
-    results = evaluate(eng, specs, tasks, config, on_result=lambda r: bar.update(1))
+    replay = Replay(eng, config, BatchGeneration(check=bool(getattr(args, "check_generation", False))))
+    results = evaluate_with(replay, specs, tasks, on_result=lambda r: bar.update(1))
     bar.close()
+    if config.generate:
+        print(replay.generation_tally.summary())
     rows = [summarize([r for r in results if r.policy == s.display], config) for s in specs]
     _print_table(rows, config.scoring)
     paired = paired_rows(specs, results) if len(specs) > 1 else []
@@ -394,6 +398,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     payload["policies"] = rows
     if paired:
         payload["paired"] = paired
+    if config.generate:
+        payload["generation"] = replay.generation_tally.as_dict()
     payload["tasks"] = [json.loads(json.dumps(r.to_row())) for r in results]
     atomic_write(out, json.dumps(payload, indent=1, default=str).encode())  # a crash leaves the old file or this one
     import io

@@ -25,19 +25,22 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import yaml
 
 from engine.cache.accounting import Accountant
 from engine.cache.session_accountant import SessionAccountant
 from engine.errors import AKVError, ScoringUnsupportedError
-from engine.interface import BatchScorer, ChatEngine
+from engine.interface import BatchGenerator, BatchScorer, ChatEngine, ChatOptions
 from engine.layout import Rendered, SessionLayout
-from engine.results import ScoreResult
+from engine.request import Request
+from engine.results import ChatResult, ScoreResult
 from engine.schedule import EMPTY, Schedule, parse_schedule
 from evals.cache.cost import CostBreakdown, request_cost
 from evals.cache.diagnostics import drop_evidence_schedule
+from evals.cache.generation import BatchGeneration, GenerationTally
 from evals.cache.guard import guard_decisions
 from evals.cache.log_fidelity import TurnScore, compare, passes, scored_turns, turn_text
 from evals.cache.probes import ProbeFormat, ProbePrompt, answer_matches, probe_prompt
@@ -48,6 +51,7 @@ from evals.tasks.schema import Task
 from search_spaces import Episode, Policy, PolicyKind, get_policy, request_points
 from search_spaces.cache.decision import Decision
 
+_T = TypeVar("_T")
 DIAGNOSTIC = "drop_evidence"
 FIDELITY_BOUND = 0.5
 """Default bound on a turn's loss of log-likelihood per token for a policy to pass a log conversation."""
@@ -265,6 +269,9 @@ class Replay:
         engine: the engine that answers probes: in this process (``engine.Engine``) or a server
             (``engine.remote.RemoteEngine``); any ``engine.interface.ChatEngine``.
         config: rates, scoring, probe format, dry-run pool.
+        generation: how probe answers are generated when a task's policies run in lockstep
+            (batched, and whether each batched answer is checked alone); what was generated and
+            what batching changed is counted in :attr:`generation_tally`.
 
     An engine that cannot score (``ScoringUnsupportedError``, SGLang-based servers) fails every
     evaluation with that reason under the log-likelihood scorings; under ``scoring="generate"`` its
@@ -274,9 +281,12 @@ class Replay:
 
     fidelity = "model"
 
-    def __init__(self, engine: ChatEngine, config: EvalConfig | None = None):
+    def __init__(self, engine: ChatEngine, config: EvalConfig | None = None,
+                 generation: BatchGeneration | None = None):
         self.engine = engine
         self.config = config or EvalConfig()
+        self.generation = generation or BatchGeneration()
+        self.generation_tally = GenerationTally()
         self.rates: Rates = load_rates(self.config.rates)
         self._rendered: dict[str, Rendered] = {}
         self._episodes: dict[str, Episode] = {}
@@ -515,21 +525,60 @@ class Replay:
         context, schedule, dropped = probe_state(task, index, decision, spec.name == DIAGNOSTIC)
         return ProbeAsk(index, prompt, context + [dict(m) for m in prompt.question_turn], schedule, dropped)
 
-    def answer_probe(self, task: Task, ask: ProbeAsk, scored: ScoreResult | None) -> ProbeResult:
-        """The probe's result from its candidates' scores (and, with ``generate``, a greedy answer)."""
+    def answer_options(self, ask: ProbeAsk) -> ChatOptions:
+        """The chat options of ``ask``'s greedy answer (its lead-in, the probe format's length, one line)."""
+        return {"max_tokens": self.config.probe.max_tokens, "prefix": ask.prompt.prefix, "stop": ["\n"]}
+
+    def generate_answers(self, task: Task, asks: Sequence[tuple[str, ProbeAsk]]) -> list[ChatResult | AKVError]:
+        """The greedy answers of ``asks`` ((policy label, ask) pairs on ``task``), in order; a
+        request the engine refuses is its error in its place. Batched in shared decode steps when
+        the engine can (:attr:`generation`), else generated one by one, as :meth:`answer_probe`
+        would; counted, and with ``generation.check`` compared alone, in :attr:`generation_tally`.
+
+        Raises:
+            AKVError: only a transient one (a server down).
+        """
+        eng = self.engine
+        out: list[ChatResult | AKVError | None] = [None] * len(asks)
+        if not isinstance(eng, BatchGenerator) or self.generation.batch_size == 1 or len(asks) < 2:
+            for i, (_, ask) in enumerate(asks):
+                out[i] = _or_error(partial(eng.chat, ask.context, ask.schedule, **self.answer_options(ask)))
+            self.generation_tally.alone += len(asks)
+            return [r for r in out if r is not None]
+        requests: dict[int, Request] = {}
+        for i, (_, ask) in enumerate(asks):  # each refused on its own, as it would be alone
+            built = _or_error(partial(eng.request, ask.context, ask.schedule, **self.answer_options(ask)))
+            prepared = built if isinstance(built, AKVError) else _or_error(partial(eng.prepare_request, built))
+            if isinstance(prepared, AKVError):
+                out[i] = prepared
+            else:
+                requests[i] = prepared
+        for i, result in zip(requests, eng.generate_many(list(requests.values()), self.generation.batch_size)):
+            out[i] = result
+            label, ask = asks[i]
+            if self.generation.check:
+                self.generation_tally.compare(f"{task.id}/{label}/probe {ask.index}", task.probes[ask.index].answer,
+                                              result, eng.chat(ask.context, ask.schedule, **self.answer_options(ask)))
+        self.generation_tally.batched += len(requests)
+        return [r for r in out if r is not None]
+
+    def answer_probe(self, task: Task, ask: ProbeAsk, scored: ScoreResult | None,
+                     generated: ChatResult | None = None) -> ProbeResult:
+        """The probe's result from its candidates' scores (and, with ``generate``, a greedy answer:
+        ``generated`` where the caller generated it, :meth:`generate_answers`, else made now)."""
         probe = task.probes[ask.index]
-        fmt = self.config.probe
-        generated, exact, contains = "", False, False
+        generated_text, exact, contains = "", False, False
         if self.config.generate:
-            gen = self.engine.chat(ask.context, ask.schedule, max_tokens=fmt.max_tokens, prefix=ask.prompt.prefix,
-                                   stop=["\n"])
-            generated = gen.text
-            exact, contains = answer_matches(generated, probe.answer)
+            if generated is None:
+                generated = self.engine.chat(ask.context, ask.schedule, **self.answer_options(ask))
+                self.generation_tally.alone += 1
+            generated_text = generated.text
+            exact, contains = answer_matches(generated_text, probe.answer)
         choice = probe.candidates[scored.best] if scored is not None else ""
         mc = scored is not None and probe.candidates[scored.best] == probe.answer
         mc_norm = scored is not None and probe.candidates[scored.best_norm] == probe.answer
         passed = {"loglik": mc, "loglik-norm": mc_norm, "generate": exact}[self.config.scoring]
-        return ProbeResult(ask.index, probe.kind, probe.after_message, probe.answer, generated, exact, contains,
+        return ProbeResult(ask.index, probe.kind, probe.after_message, probe.answer, generated_text, exact, contains,
                            choice, mc, mc_norm, tuple(sorted(ask.dropped & set(probe.evidence_ids))), passed)
 
     def score_probe(self, context: list[dict[str, Any]], continuations: list[str],
@@ -551,6 +600,16 @@ class Replay:
             if self.config.scoring != "generate":
                 raise
             return None
+
+
+def _or_error(call: Callable[[], _T]) -> _T | AKVError:
+    """``call()``, or the non-transient :class:`AKVError` it raised."""
+    try:
+        return call()
+    except AKVError as err:
+        if err.transient:
+            raise
+        return err
 
 
 def request_cuts(task: Task) -> list[int]:
@@ -608,12 +667,20 @@ def evaluate(
     config: EvalConfig | None = None,
     on_result: Callable[[TaskResult], None] | None = None,
 ) -> list[TaskResult]:
-    """Evaluate every policy on every task, task by task (policies share the task's KV)."""
-    replay = Replay(engine, config)
+    """Evaluate every policy on every task, task by task (policies share the task's KV):
+    :func:`evaluate_with` on a :class:`Replay` of ``engine`` and ``config``."""
+    return evaluate_with(Replay(engine, config), specs, tasks, on_result)
+
+
+def evaluate_with(replay: Replay, specs: Sequence[PolicySpec], tasks: Iterable[Task],
+                  on_result: Callable[[TaskResult], None] | None = None) -> list[TaskResult]:
+    """Every policy of ``specs`` on every task, task by task, the task's policies in lockstep
+    (:meth:`Replay.evaluate_policies`: the rows one policy after another gives, each probe's
+    scorings and greedy answers batched across the policies when the engine can). ``on_result``
+    is called with each row, in order, once its task is done."""
     results = []
     for task in tasks:
-        for spec in specs:
-            r = replay.evaluate(spec, task)
+        for r in replay.evaluate_policies(specs, task):
             results.append(r)
             if on_result is not None:
                 on_result(r)

@@ -6,14 +6,16 @@ own deciding and accounting and an equal share of each batch). Each policy decid
 accounted on its own (no forward runs); then, probe by probe, every policy still running asks its
 probe and the engine scores them all together (:meth:`engine.Engine.score_many`: the history the
 policies share computed once, the branches where their drops differ in the same pass). With
-``generate`` the greedy answers are then generated one after another.
+``generate`` their greedy answers are then generated together (:meth:`Replay.generate_answers`:
+prefilled in order, decoded in shared steps by ``engine.Engine.generate_many``); answers that the
+batched step's rounding changes are counted in ``Replay.generation_tally`` when it is checked.
 
 A policy that fails (its program, its decision, a probe it cannot ask) becomes the failed row
 sequential evaluation gives it, with the same reason (its first failure, met in the same order),
 and the others go on. Engines that cannot batch (a remote engine), a single policy, and
 evaluators that answer probes their own way evaluate one policy after another.
 
-Not for: policies on different tasks (they share no history), or batching generation.
+Not for: policies on different tasks (they share no history).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from engine.errors import AKVError
 from engine.interface import BatchScorer
-from engine.results import Prepared, ScoreResult
+from engine.results import ChatResult, Prepared, ScoreResult
 from evals.tasks.schema import Task
 from search_spaces import request_points
 from search_spaces.cache.decision import Decision
@@ -89,7 +91,8 @@ def _fail(replay: Replay, run: _Run, task: Task, err: AKVError) -> None:
 
 
 def _probe_together(replay: Replay, scorer: BatchScorer, task: Task, index: int, live: list[_Run]) -> None:
-    """Probe ``index`` for every run of ``live``: asked one by one, scored in one batch, answered."""
+    """Probe ``index`` for every run of ``live``: asked one by one, scored in one batch, the greedy
+    answers (with ``generate``) in shared decode steps, answered."""
     probe = task.probes[index]
     asks: list[tuple[_Run, ProbeAsk, Prepared | None]] = []
     for run in live:
@@ -110,16 +113,30 @@ def _probe_together(replay: Replay, scorer: BatchScorer, task: Task, index: int,
     t0 = time.perf_counter()
     scores = iter(_score_all(scorer, batch))
     share = (time.perf_counter() - t0) / max(1, len(batch))
+    ready: list[tuple[_Run, ProbeAsk, ScoreResult | None]] = []
     for run, ask, prepared in asks:
         scored = next(scores) if prepared is not None else None
+        run.seconds += share if prepared is not None else 0.0
+        if isinstance(scored, AKVError):
+            _fail(replay, run, task, scored)
+        else:
+            ready.append((run, ask, scored))
+    answers: list[ChatResult | AKVError | None] = [None] * len(ready)
+    if replay.config.generate and ready:
+        t0 = time.perf_counter()
+        answers = list(replay.generate_answers(task, [(run.spec.display, ask) for run, ask, _ in ready]))
+        share = (time.perf_counter() - t0) / len(ready)
+        for run, _, _ in ready:
+            run.seconds += share
+    for (run, ask, scored), answer in zip(ready, answers):
         t0 = time.perf_counter()
         try:
-            if isinstance(scored, AKVError):
-                raise scored
-            run.probes.append(replay.answer_probe(task, ask, scored))
+            if isinstance(answer, AKVError):
+                raise answer
+            run.probes.append(replay.answer_probe(task, ask, scored, answer))
         except AKVError as err:
             _fail(replay, run, task, err)
-        run.seconds += time.perf_counter() - t0 + (share if prepared is not None else 0.0)
+        run.seconds += time.perf_counter() - t0
 
 
 def _score_all(scorer: BatchScorer, batch: list[Prepared]) -> list[ScoreResult | AKVError]:

@@ -74,7 +74,7 @@ def _compare(base: Engine, specs: list[PolicySpec], tasks, config: EvalConfig) -
     a, b = Replay(lock, config), Replay(seq, config)
     answered: list[tuple[ProbeAsk, ScoreResult | None]] = []
     answer = a.answer_probe
-    a.answer_probe = lambda task, ask, scored: answered.append((ask, scored)) or answer(task, ask, scored)  # type: ignore[method-assign]
+    a.answer_probe = lambda task, ask, scored, *gen: answered.append((ask, scored)) or answer(task, ask, scored, *gen)  # type: ignore[method-assign]
     out = []
     for task in tasks:
         got = a.evaluate_policies(specs, task)
