@@ -190,6 +190,24 @@ def live(r: Results) -> str:
             + "\n\n" + source(name))
 
 
+def framework(r: Results) -> str:
+    name = "framework-agent-qwen2.5-coder-1.5b-pages-end.json"
+    data = r(name)
+    rows = []
+    for p in need(data, "policies"):
+        vs = "" if "versus" not in p else f"{pct(p['cost_delta_pct'])} {ci(p['cost_delta_ci95'])}"
+        dp = "" if "versus" not in p else f"{points(p['pass_delta'])} {ci(p['pass_delta_ci95'], '+.3f')}"
+        rows.append([p["policy"], f"{p['pass_rate']:.3f} {ci(p['pass_ci95'], '.2f')}", str(p["episodes"]),
+                     f"{p['tool_calls']} ({p['invalid_calls']})", f"{p['cost_cents_mean']:.4f}c", vs, dp])
+    c = need(data, "resend_check")
+    return (table(["agent (qwen2.5-coder-1.5b bfloat16, keep 12 tool outputs)", "pass [95% Wilson]", "episodes",
+                   "tool calls (invalid)", "cost / episode", "vs akv live: cost [95% CI]", "pass difference"], rows)
+            + f"\n\n{data['framework']}'s agent, unchanged but for base URL, key and model name: drops in "
+            f"{data['requests_with_drops']} of its {data['requests']} requests ({data['dropped_tokens']} tokens); "
+            f"each request resent to plain `{c['model']}` with the schedule computed client-side: {c['equal']} of "
+            f"{c['requests']} replies equal ({c['different']} different). " + source(name))
+
+
 def log_check(r: Results) -> str:
     name = "log-search-logs-default1-probe-check.json"
     data = r(name)
@@ -308,16 +326,11 @@ def spread_fidelity(r: Results) -> str:
               f"{'on' if need(data, 'eval', 'frame_guard') else 'off'}; {data['sources']}. " + source(name))
 
 
-def bfcl(r: Results) -> str:
-    """BFCL multi-turn judged by its own checker: each policy's turn and task accuracy."""
-    name = "bfcl-long-heldout-qwen2.5-coder-1.5b.json"
-    data = r(name)
+BFCL_RUNS = ("bfcl-long-heldout-qwen2.5-coder-1.5b.json", "bfcl-long-heldout-qwen2.5-coder-1.5b-required.json")
 
-    def rate(x: Mapping[str, Any] | None) -> str:
-        return "-" if not x or x["ci95"] is None else f"{x['rate']:.3f} {ci(x['ci95'], '.2f')} (n={x['n']})"
 
-    rows = [[p["policy"], rate(p["turn_accuracy"]), rate(p["task_accuracy"]), rate(p["retention"]),
-             str(p["failed"])] for p in need(data, "policies")]
+def _misses(data: Mapping[str, Any]) -> str:
+    """The checker's reasons for the missed turns, most frequent first."""
     misses: dict[str, int] = {}
     for task in need(data, "tasks"):
         for turn in task["turns"]:
@@ -325,12 +338,32 @@ def bfcl(r: Results) -> str:
                 reason = turn["reason"] or "?"
                 kind = reason.split(":")[1] if ":" in reason else reason
                 misses[kind] = misses.get(kind, 0) + 1
-    return (table([f"policy ({data['model']} {data['dtype']}, {data['suite']} {data['split']})",
-                   "turn accuracy [95% CI]", "task accuracy [95% CI]", "retention vs full", "failed"], rows)
-            + f"\n\nJudge: {data['judge']}; tool_choice {need(data, 'config', 'tool_choice')}, at most "
-              f"{data['config']['max_steps']} replies a turn. Turns missed, by the checker's reason: "
-              + ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda kv: -kv[1]))
-              + f". {data['note']}. " + source(name))
+    return ", ".join(f"{k} {v}" for k, v in sorted(misses.items(), key=lambda kv: -kv[1]))
+
+
+def bfcl(r: Results) -> str:
+    """BFCL multi-turn judged by its own checker: each run's turn and task accuracy, its misses by the
+    checker's reason, and the runs' turns passed on the tasks they share."""
+    runs = [r(name) for name in BFCL_RUNS]
+
+    def rate(x: Mapping[str, Any] | None) -> str:
+        return "-" if not x or x["ci95"] is None else f"{x['rate']:.3f} {ci(x['ci95'], '.2f')} (n={x['n']})"
+
+    rows = [[p["policy"], need(d, "config", "tool_choice"), rate(p["turn_accuracy"]), rate(p["task_accuracy"]),
+             str(p["failed"])] for d in runs for p in need(d, "policies")]
+    first = runs[0]
+    lines = [f"{name}: {need(d, 'note')}; at most {d['config']['max_steps']} replies a turn; turns missed, by the "
+             f"checker's reason: {_misses(d)}." for name, d in zip(BFCL_RUNS, runs, strict=True)]
+    shared = set.intersection(*({t["task_id"] for t in need(d, "tasks")} for d in runs))
+    passed = [sum(t["passed"] for task in d["tasks"] if task["task_id"] in shared for t in task["turns"]) for d in runs]
+    turns = sum(len(task["turns"]) for task in first["tasks"] if task["task_id"] in shared)
+    return (table([f"policy ({first['model']} {first['dtype']}, {first['suite']} {first['split']})", "tool_choice",
+                   "turn accuracy [95% CI]", "task accuracy [95% CI]", "failed"], rows)
+            + f"\n\nJudge: {first['judge']}. " + " ".join(lines)
+            + f" On the {len(shared)} tasks both runs judged ({turns} turns): "
+            + ", ".join(f"tool_choice {need(d, 'config', 'tool_choice')} passed {n}" for d, n in zip(runs, passed,
+                                                                                                    strict=True))
+            + ". " + source(*BFCL_RUNS))
 
 
 def qwen_gguf(r: Results) -> str:
@@ -495,7 +528,8 @@ BLOCKS: dict[str, Block] = {
     "search-earlier": Block(tuple(n for n, _ in EARLIER), earlier_pools),
     "transfer-judge": Block(("rejudge-mixed-qwen-judged1-qwen2.5-coder-1.5b-both.json",), rejudged),
     "transfer-live": Block(("live-qwen2.5-coder-1.5b-pages-end.json",), live),
-    "transfer-bfcl": Block(("bfcl-long-heldout-qwen2.5-coder-1.5b.json",), bfcl),
+    "transfer-bfcl": Block(BFCL_RUNS, bfcl),
+    "serve-framework": Block(("framework-agent-qwen2.5-coder-1.5b-pages-end.json",), framework),
     "transfer-log": Block(("log-search-logs-default1-probe-check.json",), log_check),
     "speed": Block(("speed-summary.json", "engine-qwen2.5-coder-1.5b.json"), speed),
     "fidelity": Block(("fidelity-validation.json",), spread_fidelity),
