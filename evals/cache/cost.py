@@ -54,9 +54,10 @@ class Counts:
 
 
 def counts(usage: Any) -> Counts:
-    """Token counts from a ``TokenUsage``-like object, a flat mapping of the same fields, or an
+    """Token counts from a ``TokenUsage``-like object, a flat mapping of the same fields, an
     OpenAI-style usage mapping (``prompt_tokens``, ``completion_tokens`` and
-    ``prompt_tokens_details.{cached_tokens, drop_skipped_tokens, repos_tokens}``; prefill is the rest).
+    ``prompt_tokens_details.{cached_tokens, drop_skipped_tokens, repos_tokens}``; prefill is the rest),
+    or ``akv serve``'s (the same with ``prefill_tokens`` at the top, checked against the rest).
 
     Raises:
         CostError: missing fields, negative counts, or counts that do not partition the prompt.
@@ -64,7 +65,10 @@ def counts(usage: Any) -> Counts:
     if isinstance(usage, Counts):
         return usage
     if isinstance(usage, Mapping):
-        if "prefill_tokens" not in usage and "prompt_tokens" in usage:
+        details = usage.get("prompt_tokens_details")
+        if "prefill_tokens" in usage and isinstance(details, Mapping):  # akv serve's own: details nested
+            usage = {**details, **{k: v for k, v in usage.items() if k != "prompt_tokens_details"}}
+        elif "prefill_tokens" not in usage and "prompt_tokens" in usage:
             details = usage.get("prompt_tokens_details") or {}
             cached, skipped = details.get("cached_tokens", 0), details.get("drop_skipped_tokens", 0)
             prompt = usage["prompt_tokens"]

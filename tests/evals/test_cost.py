@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.cache.plan import TokenUsage
+from engine.server.served import usage_json
 from evals import CostBreakdown, Rates, available_rates, load_rates, request_cost, sum_costs, task_cost
 from evals.errors import CostError
 
@@ -55,8 +56,11 @@ def test_usage_shapes_agree():
     openai = {"prompt_tokens": 1000, "completion_tokens": 20,
               "prompt_tokens_details": {"cached_tokens": 600, "drop_skipped_tokens": 100, "repos_tokens": 50}}
     expected = request_cost(USAGE, RATES)
-    for usage in (flat, openai, SimpleNamespace(**flat)):
+    served = usage_json(USAGE)  # what akv serve answers: prefill_tokens at the top, the rest in the details
+    for usage in (flat, openai, served, SimpleNamespace(**flat)):
         assert request_cost(usage, RATES) == expected
+    with pytest.raises(CostError, match="does not partition"):  # a served usage whose prefill disagrees
+        request_cost({**served, "prefill_tokens": served["prefill_tokens"] + 1}, RATES)
 
 
 @pytest.mark.parametrize(("usage", "match"), [
