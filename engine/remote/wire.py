@@ -93,18 +93,27 @@ def parse_usage(raw: Any, url: str, *, schedule_sent: bool) -> TokenUsage:
     return TokenUsage(prompt, prefill, cached, skipped, repos, completion)
 
 
+def check_endpoint(base_url: Any) -> None:
+    """Refuse ``base_url`` unless it is an http(s) URL with a host (made first, before any slow work).
+
+    Raises:
+        AKVError: naming the value.
+    """
+    try:
+        url = httpx.URL(base_url) if isinstance(base_url, str) else None
+    except httpx.InvalidURL:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        raise AKVError(f"endpoint {base_url!r} is not an http(s) URL (for example http://127.0.0.1:30000)",
+                       field="endpoint", value=base_url)
+
+
 class WireClient:
     """JSON over HTTP to one server, with errors mapped (see the module docstring)."""
 
     def __init__(self, base_url: str, timeout: float = 600.0, http: httpx.Client | None = None,
                  busy_retries: int = 5, api_key: str | None = None):
-        try:
-            url = httpx.URL(base_url) if isinstance(base_url, str) else None
-        except httpx.InvalidURL:
-            url = None
-        if url is None or url.scheme not in ("http", "https") or not url.host:
-            raise AKVError(f"endpoint {base_url!r} is not an http(s) URL (for example http://127.0.0.1:30000)",
-                           field="endpoint", value=base_url)
+        check_endpoint(base_url)
         self.base_url = base_url.rstrip("/")
         self.http = http if http is not None else httpx.Client(base_url=self.base_url, timeout=timeout)
         if api_key:  # as the OpenAI client sends it (akv serve --api-key)

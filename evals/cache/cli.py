@@ -468,6 +468,9 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide.
     ``args.reference``: a run of the same policies to compare with, reply by reply (``versus_reference``
     in the summary: answers, verdicts and tokens that differ)."""
+    from engine.remote.wire import check_endpoint
+
+    check_endpoint(args.endpoint)  # before the suite and the tokenizer (a first use converts the model)
     if str(args.suite).startswith("bfcl-"):  # BFCL's tasks and checker, turn by turn (evals.bfcl.live)
         from evals.bfcl.cli import run_bfcl_live
 

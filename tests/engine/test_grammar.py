@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import httpx
 import jsonschema
@@ -18,6 +17,7 @@ import pytest
 from engine.errors import AKVError
 from engine.grammar import MAX_CALLS, GrammarCompiler, reply_grammar
 from engine.server import ServerThread, create_app
+from engine.settings import settings
 from engine.template import render_tool_calls
 from engine.toolcalls import parse_tool_calls
 from tests.engine.agent import trajectory
@@ -170,7 +170,7 @@ def test_compiled_grammars_are_cached_per_grammar(eng):
     assert reply_grammar("required", TOOLS) == reply_grammar("required", [dict(t) for t in TOOLS])
 
 
-QWEN_TOKENIZER = Path.home() / ".cache" / "akv-rsi" / "models" / "qwen2.5-coder-1.5b" / "tokenizer.json"
+QWEN_TOKENIZER = settings().cache_dir / "models" / "qwen2.5-coder-1.5b" / "tokenizer.json"  # AKV_CACHE_DIR
 
 
 @pytest.mark.skipif(not QWEN_TOKENIZER.exists(), reason="the converted Qwen tokenizer is not in the cache")
