@@ -1,6 +1,6 @@
 """Qwen2.5-Coder-1.5B on the engine: exactness, speed against transformers and llama.cpp, memory.
 
-    python -m bench.qwen_engine [--only exact speed memory] [--repeats 3] [--weights gguf]
+    python -m bench.qwen_engine [--only exact speed memory | --only throughput] [--repeats 3] [--weights gguf]
 
 Needs the model (``make qwen``) and, for the llama.cpp column, the ``bench`` extra
 (``llama-cpp-python``, built from source where no wheel fits); without it that column is left
@@ -18,6 +18,10 @@ out and the JSON says why. Writes ``bench/results/engine-qwen2.5-coder-1.5b.json
   same Q4_K_M GGUF, as many threads as torch), interleaved, medians of ``--repeats``.
 - ``memory``: a child process loads the engine in bfloat16 as ``akv eval`` does and evaluates one
   full-cache task of about 4,200 tokens (``mixed``, train split): its peak RSS and seconds.
+- ``throughput`` (opt-in, run alone; ``--weights gguf`` too): batched decode tokens/s of 1, 2, 4 and 8
+  distinct conversations of about 512 prompt tokens decoded together (``Engine.generate_many``),
+  beside the copy-bandwidth ceiling, and the goal of 4 at 3x 1 (``bench.qwen_throughput``); writes
+  ``bench/results/engine-<model>-throughput[-gguf].json`` (``--model tiny-random`` for a smoke test).
 
 ``--weights gguf`` measures the decode forms in the GGUF's own bits against bfloat16 instead
 (``bench.qwen_gguf``: exactness over real conversations, per-projection kernels, decode tokens/s,
@@ -40,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench import RESULTS, qwen_gguf, write_result
+from bench import RESULTS, qwen_gguf, qwen_throughput, write_result
 from bench.engine_speed import _interleaved, _median_ratio, _no_store, _random_ids, _timed, machine_info, rss_now_gb
 from engine.engine import Engine
 from engine.history import replay
@@ -61,17 +65,33 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-12))
 
 
-def _conversation(pages: int = 4) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Find when the runbook says the deploy happens.",
+def _conversation(pages: int = 4, lines: int = 30, variant: int = 0) -> list[dict[str, Any]]:
+    """An agent conversation reading ``pages`` tool results of ``lines`` lines; each ``variant``
+    reads another document (it differs from the first user message on)."""
+    doc = "runbook" if variant == 0 else f"runbook-{variant}"
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": f"Find when the {doc} says the deploy happens.",
                                    "tools": TOOLS}]
     for i in range(pages):
         call = {"id": f"call_{i}", "type": "function",
-                "function": {"name": "read_page", "arguments": {"doc": "runbook", "cursor": i}}}
+                "function": {"name": "read_page", "arguments": {"doc": doc, "cursor": i}}}
         msgs.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        body = " ".join(f"Line {i}.{j}: step {j} of section {i} checks service-{(i * 7 + j) % 13}." for j in range(30))
+        body = " ".join(f"Line {i}.{j}: step {j} of section {i} checks service-{(i * 7 + j + 5 * variant) % 13}."
+                        for j in range(lines))
         msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": body})
     msgs.append({"role": "user", "content": "So, when is the deploy?"})
     return msgs
+
+
+def _throughput_prompts(eng: Engine, n: int, tokens: int) -> list[list[dict[str, Any]]]:
+    """``n`` distinct one-page conversations (variants 1 to ``n``), each with the fewest page lines
+    that bring its prompt to at least ``tokens`` tokens under ``eng``'s template."""
+    def sized(variant: int) -> list[dict[str, Any]]:
+        for lines in range(1, 1000):
+            msgs = _conversation(pages=1, lines=lines, variant=variant)
+            if len(eng.render(msgs).token_ids) >= tokens:
+                return msgs
+        raise ValueError(f"no conversation of up to 1,000 lines reaches {tokens} tokens")
+    return [sized(v) for v in range(1, n + 1)]
 
 
 def _engine_vs_reference(eng: Engine, msgs: list[dict[str, Any]], schedule: dict[str, Any]) -> float:
@@ -259,9 +279,18 @@ def bench_memory(target_tokens: int = 4200) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", default=["exact", "speed", "memory"], choices=["exact", "speed", "memory"])
+    p.add_argument("--only", nargs="*", default=["exact", "speed", "memory"],
+                   choices=["exact", "speed", "memory", "throughput"],
+                   help="throughput (opt-in, run alone: its own result file): batched decode tokens/s")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=str(RESULTS / f"engine-{MODEL}.json"))
+    p.add_argument("--out", default=None, help="default: bench/results/engine-<model>[-throughput][-gguf].json")
+    p.add_argument("--model", default=MODEL, help=f"throughput only: the model (default {MODEL}; tiny-random "
+                   "for a smoke test)")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8],
+                   help="throughput: sequences decoded together, one row each")
+    p.add_argument("--new-tokens", type=int, default=32, help="throughput: decode steps per sequence")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="throughput: each request's prompt, at least")
+    p.add_argument("--copy-mb", type=int, default=1024, help="throughput: the buffer the copy bandwidth is timed on")
     p.add_argument("--weights", default="dense", choices=["dense", "gguf"],
                    help="gguf: decode in the GGUF's own bits against bfloat16 (bench.qwen_gguf; its own result file)")
     p.add_argument("--positions", type=int, default=2048, help="--weights gguf: positions of the exactness check")
@@ -278,6 +307,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeats < 1:
         p.error(f"--repeats must be at least 1, got {args.repeats}")
+    if "throughput" in args.only:
+        if len(args.only) > 1:
+            p.error(f"--only throughput writes its own result file: run it alone, not with {args.only}")
+        if min(args.batches) < 1 or args.new_tokens < 1 or args.prompt_tokens < 1 or args.copy_mb < 1:
+            p.error("--batches, --new-tokens, --prompt-tokens and --copy-mb must be at least 1, got "
+                    f"{args.batches}, {args.new_tokens}, {args.prompt_tokens}, {args.copy_mb}")
+        return _main_throughput(args, argv)
+    if args.model != MODEL:
+        p.error(f"--model is for --only throughput; the other sections measure {MODEL}")
     if args.weights == "gguf":
         return _main_gguf(args, argv)
     report: dict[str, Any] = {"model": MODEL, **machine_info(), "repeats": args.repeats,
@@ -289,12 +327,28 @@ def main(argv: list[str] | None = None) -> int:
         report["exact"] = bench_exact(args.repeats)
     if "speed" in args.only:
         report["speed"] = bench_speed(args.repeats)
-    write_result(args.out, report, measures=MEASURES)
+    write_result(args.out or RESULTS / f"engine-{MODEL}.json", report, measures=MEASURES)
+    return 0
+
+
+def _main_throughput(args: argparse.Namespace, argv: list[str] | None) -> int:
+    gguf = args.weights == "gguf"
+    out = args.out or RESULTS / f"engine-{args.model}-throughput{'-gguf' if gguf else ''}.json"
+    eng = Engine.from_pretrained(args.model, dtype=torch.bfloat16, weights=args.weights)
+    prompts = _throughput_prompts(eng, max(args.batches), args.prompt_tokens)
+    report: dict[str, Any] = {"model": args.model, "dtype": "bfloat16", "weights": args.weights, **machine_info(),
+                              "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                              "load_average_start": os.getloadavg(), "prompt_tokens_target": args.prompt_tokens,
+                              "command": "python -m bench.qwen_engine " + " ".join(argv or sys.argv[1:])}
+    report["throughput"] = qwen_throughput.bench_throughput(eng, prompts, args.batches, args.new_tokens,
+                                                            args.repeats, args.copy_mb << 20)
+    report["load_average_end"] = os.getloadavg()
+    write_result(out, report, measures=qwen_throughput.MEASURES)
     return 0
 
 
 def _main_gguf(args: argparse.Namespace, argv: list[str] | None) -> int:
-    out = args.out if args.out != str(RESULTS / f"engine-{MODEL}.json") else str(RESULTS / f"engine-{MODEL}-gguf.json")
+    out = args.out or str(RESULTS / f"engine-{MODEL}-gguf.json")
     report: dict[str, Any] = {"model": MODEL, "dtype": "bfloat16", "weights": "gguf", **machine_info(),
                               "repeats": args.repeats, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                               "load_average_start": os.getloadavg(),

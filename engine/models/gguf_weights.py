@@ -284,14 +284,17 @@ def _check_fits(dense: LeanModel, gguf: LeanModel) -> None:
                                  field="weights", value="gguf")
 
 
-def decode_bytes(model: LeanModel) -> int:
-    """Bytes of the weights one decode step reads: each projection's decode form (its dense
-    weights where it has none), and the LM head's."""
+def decode_bytes(model: LeanModel, rows: int = 1) -> int:
+    """Bytes of the weights one decode step of ``rows`` sequences reads: each projection's form for
+    that many rows (its decode form up to its ``max_rows``, its dense weights beyond or where it has
+    none), and the LM head's."""
+    if rows < 1:
+        raise ValueError(f"rows must be at least 1, got {rows}")
     seen: set[int] = set()
 
     def size(fn: Any) -> int:
         if isinstance(fn, ByRows):
-            return size(fn.decode)
+            return size(fn.decode if rows <= fn.max_rows else fn.prefill)
         if isinstance(fn, Stacked):
             return sum(size(p) for p in fn.parts) + (size_of(fn.bias) if fn.bias is not None else 0)
         if isinstance(fn, Int4Groups):

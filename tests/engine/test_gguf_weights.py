@@ -248,6 +248,9 @@ def test_decode_rows_use_the_gguf_form_and_prefill_the_dense(tiny: tuple[Path, t
     x = torch.randn(5, HIDDEN).bfloat16()
     assert torch.equal(qkv(x), qkv.prefill(x)) and torch.equal(qkv(x[:2]), qkv.decode(x[:2]))
     assert gw.decode_bytes(model) < gw.decode_bytes(bf16)
+    # a step of more rows than max_rows reads the dense weights, as it runs them
+    assert gw.decode_bytes(model, rows=2) == gw.decode_bytes(model)
+    assert gw.decode_bytes(model, rows=3) == gw.decode_bytes(bf16)
 
 
 def test_a_gguf_that_does_not_fit_the_model_is_refused(tiny: tuple[Path, torch.nn.Module], tmp_path: Path) -> None:
