@@ -400,6 +400,34 @@ def qwen_gguf(r: Results) -> str:
             f"{data.get('speed', {}).get('llama_cpp', 'not measured')}. " + source(name))
 
 
+THROUGHPUT_RUNS = ("engine-qwen2.5-coder-1.5b-throughput.json", "engine-qwen2.5-coder-1.5b-throughput-gguf.json")
+
+
+def throughput(r: Results) -> str:
+    """Batched decode of the 1.5B model: tokens/s at each batch size against the copy-bandwidth ceiling."""
+    rows, goals = [], []
+    for name in THROUGHPUT_RUNS:
+        data = r(name)
+        t = need(data, "throughput")
+        form = f"{data['weights']} ({data['dtype']})"
+        for row in t["rows"]:
+            rows.append([form, str(row["batch"]), f"{row['decode_tok_s']:.2f}", _x(row["speedup_vs_1"]),
+                         f"{row['ceiling_tok_s']:.1f}", f"{100 * row['share_of_ceiling']:.0f}%",
+                         f"{row['step_weight_bytes'] / 1e9:.2f}"])
+        g = t["goal"]
+        goals.append(f"{form}: {g['batch']} sequences {_x(g['speedup'])} the tokens/s of {g['vs_batch']} (goal >= "
+                     f"{_x(g['speedup_at_least'])}: {'met' if g['met'] else 'not met'}; copy bandwidth "
+                     f"{t['copy_bandwidth_gb_s']:.1f} GB/s)")
+    first = r(THROUGHPUT_RUNS[0])
+    return (table([f"{first['model']} weights", "sequences", "decode tokens/s", "vs 1", "ceiling tokens/s",
+                   "share of ceiling", "weights read a step (GB)"], rows)
+            + f"\n\n{first['throughput']['decode_steps']} greedy decode steps after prompts of about "
+              f"{first['prompt_tokens_target']} tokens each, medians of {first['repeats']}; the ceiling is the "
+              "bandwidth of a plain copy (bytes read plus written) over the weight bytes a step reads, times the "
+              "sequences, KV reads ignored: the memory-bound rate as an estimate, not a hard bound. "
+            + "; ".join(goals) + ". " + source(*THROUGHPUT_RUNS))
+
+
 def survival(r: Results) -> str:
     name = "ablation-survival.json"
     rows = []
@@ -534,6 +562,7 @@ BLOCKS: dict[str, Block] = {
     "speed": Block(("speed-summary.json", "engine-qwen2.5-coder-1.5b.json"), speed),
     "fidelity": Block(("fidelity-validation.json",), spread_fidelity),
     "fidelity-first": Block(("fidelity-validation-mixed.json",), first_fidelity),
+    "throughput": Block(THROUGHPUT_RUNS, throughput),
     "qwen-gguf": Block(("engine-qwen2.5-coder-1.5b-gguf.json",), qwen_gguf),
     "survival": Block(("ablation-survival.json",), survival),
     "readme-bench": Block(("engine-gemma-3-270m.json", "engine-qwen2.5-coder-1.5b.json", "server-load.json",
