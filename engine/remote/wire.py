@@ -108,6 +108,21 @@ def check_endpoint(base_url: Any) -> None:
                        field="endpoint", value=base_url)
 
 
+def reach_endpoint(base_url: Any, api_key: str | None = None, timeout: float = 30.0) -> None:
+    """Refuse ``base_url`` unless it is an http(s) URL that answers ``GET /v1/models`` (made first,
+    before any slow work such as loading a tokenizer).
+
+    Raises:
+        AKVError: not an http(s) URL; ``RemoteUnavailableError``: it cannot be reached; ``RemoteError``:
+            it answers with an error (a wrong key, say).
+    """
+    wire = WireClient(base_url, timeout, api_key=api_key, busy_retries=0)
+    try:
+        wire.get("/v1/models")
+    finally:
+        wire.close()
+
+
 class WireClient:
     """JSON over HTTP to one server, with errors mapped (see the module docstring)."""
 

@@ -468,22 +468,26 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     (``evals.cache.served.CountedPolicy``): what the replay evaluator and a server's ``MODEL@NAME`` decide.
     ``args.reference``: a run of the same policies to compare with, reply by reply (``versus_reference``
     in the summary: answers, verdicts and tokens that differ)."""
-    from engine.remote.wire import check_endpoint
+    from engine.remote.wire import check_endpoint, reach_endpoint
+    from engine.settings import settings
+    from evals.tasks.storage import check_suite_name
 
-    check_endpoint(args.endpoint)  # before the suite and the tokenizer (a first use converts the model)
+    # the caller's mistakes first, then the endpoint, before the suite and the tokenizer (whose first use
+    # converts the model): each is one line, at once
+    check_endpoint(args.endpoint)
+    if args.probes < 1:
+        raise AKVError(f"--probes must be >= 1 (episodes per task), got {args.probes}", field="probes",
+                       value=args.probes)
+    check_suite_name(args.suite)
     if str(args.suite).startswith("bfcl-"):  # BFCL's tasks and checker, turn by turn (evals.bfcl.live)
         from evals.bfcl.cli import run_bfcl_live
 
         return run_bfcl_live(args, dict(params), picked, frame_guard)
     from engine.remote import RemoteEngine
-    from engine.settings import settings
     from evals.cache.live import LiveConfig, summary
     from evals.cache.live_runs import LivePolicy, check_concurrency, compare_runs, run_policies
     from evals.cache.served import CountedPolicy, ReplayPolicy
 
-    if args.probes < 1:
-        raise AKVError(f"--probes must be >= 1 (episodes per task), got {args.probes}", field="probes",
-                       value=args.probes)
     concurrency = check_concurrency(getattr(args, "concurrency", 1))
     config = LiveConfig(max_steps=args.max_steps, max_tokens=args.max_tokens, rates=args.rates,
                         tool_choice=args.tool_choice)
@@ -496,6 +500,7 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     def where(base: str | None, label: str) -> Path | None:  # one policy: the directory; several: one below it
         return None if base is None else Path(base) / label if several else Path(base)
 
+    reach_endpoint(args.endpoint, api_key=settings().client_api_key)
     tasks = select_suite(args.suite, args.split, args.limit)
     reference = getattr(args, "reference", None)
     api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)

@@ -190,8 +190,24 @@ def load_suite(name_or_path: str | Path = "default", split: str | None = "train"
         return _filter(load_log(path), split, str(path))
     if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "dataset_info.json").exists()):
         return _from_dataset(datasets.load_from_disk(str(path)), split, str(path))
-    raise TaskError(f"no task set at {str(name_or_path)!r}: not a registered suite ({', '.join(SUITES)}), a JSON-lines "
-                    "file or a saved dataset directory", field="suite", value=str(name_or_path))
+    raise _no_task_set(name_or_path)
+
+
+def check_suite_name(name_or_path: str | Path) -> None:
+    """Refuse a suite that :func:`load_suite` could not find, without loading or building anything
+    (a command checks it before slow work).
+
+    Raises:
+        TaskError: not a BFCL suite, a registered suite or an existing path.
+    """
+    text = str(name_or_path)
+    if not (text.startswith("bfcl-") or text in SUITES or Path(text).expanduser().exists()):
+        raise _no_task_set(name_or_path)
+
+
+def _no_task_set(name_or_path: str | Path) -> TaskError:
+    return TaskError(f"no task set at {str(name_or_path)!r}: not a registered suite ({', '.join(SUITES)}), a "
+                     "JSON-lines file or a saved dataset directory", field="suite", value=str(name_or_path))
 
 
 def save_jsonl(tasks: Iterable[Task], path: str | Path) -> Path:
