@@ -176,32 +176,30 @@ def rejudged(r: Results) -> str:
             + source(name))
 
 
-def live(r: Results) -> str:
-    name = "live-qwen2.5-coder-1.5b-pages-end.json"
+def _live_table(first: str, versus: str, policies: Sequence[Mapping[str, Any]]) -> str:
+    """``bench.live_compare``'s rows (one per run, paired with the first) as a table."""
     rows = []
-    for p in need(r(name), "policies"):
-        vs = ("" if "versus" not in p else
-              f"{pct(p['cost_delta_pct'])} {ci(p['cost_delta_ci95'])}")
+    for p in policies:
+        vs = "" if "versus" not in p else f"{pct(p['cost_delta_pct'])} {ci(p['cost_delta_ci95'])}"
         dp = "" if "versus" not in p else f"{points(p['pass_delta'])} {ci(p['pass_delta_ci95'], '+.3f')}"
         rows.append([p["policy"], f"{p['pass_rate']:.3f} {ci(p['pass_ci95'], '.2f')}", str(p["episodes"]),
                      f"{p['tool_calls']} ({p['invalid_calls']})", f"{p['cost_cents_mean']:.4f}c", vs, dp])
-    return (table(["policy (live, qwen2.5-coder-1.5b bfloat16)", "pass [95% Wilson]", "episodes",
-                   "tool calls (invalid)", "cost / episode", "vs full: cost [95% CI]", "pass difference"], rows)
+    return table([first, "pass [95% Wilson]", "episodes", "tool calls (invalid)", "cost / episode",
+                  f"vs {versus}: cost [95% CI]", "pass difference"], rows)
+
+
+def live(r: Results) -> str:
+    name = "live-qwen2.5-coder-1.5b-pages-end.json"
+    return (_live_table("policy (live, qwen2.5-coder-1.5b bfloat16)", "full", need(r(name), "policies"))
             + "\n\n" + source(name))
 
 
 def framework(r: Results) -> str:
     name = "framework-agent-qwen2.5-coder-1.5b-pages-end.json"
     data = r(name)
-    rows = []
-    for p in need(data, "policies"):
-        vs = "" if "versus" not in p else f"{pct(p['cost_delta_pct'])} {ci(p['cost_delta_ci95'])}"
-        dp = "" if "versus" not in p else f"{points(p['pass_delta'])} {ci(p['pass_delta_ci95'], '+.3f')}"
-        rows.append([p["policy"], f"{p['pass_rate']:.3f} {ci(p['pass_ci95'], '.2f')}", str(p["episodes"]),
-                     f"{p['tool_calls']} ({p['invalid_calls']})", f"{p['cost_cents_mean']:.4f}c", vs, dp])
     c = need(data, "resend_check")
-    return (table(["agent (qwen2.5-coder-1.5b bfloat16, keep 12 tool outputs)", "pass [95% Wilson]", "episodes",
-                   "tool calls (invalid)", "cost / episode", "vs akv live: cost [95% CI]", "pass difference"], rows)
+    return (_live_table("agent (qwen2.5-coder-1.5b bfloat16, keep 12 tool outputs)", "akv live",
+                        need(data, "policies"))
             + f"\n\n{data['framework']}'s agent, unchanged but for base URL, key and model name: drops in "
             f"{data['requests_with_drops']} of its {data['requests']} requests ({data['dropped_tokens']} tokens); "
             f"each request resent to plain `{c['model']}` with the schedule computed client-side: {c['equal']} of "
