@@ -588,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="score policies on a task suite (cost and pass rate)")
     which = e.add_mutually_exclusive_group()
-    which.add_argument("--policy", default=None, help="a policy name (or drop_evidence)")
+    which.add_argument("--policy", default=None, help="a policy name (or drop_evidence; drop_other on the BFCL suites)")
     which.add_argument("--compare", default=None,
                        help="policies to compare side by side, NAME or NAME:k=v,k=v, comma-separated (';' also "
                             "separates); each is paired over tasks with the first (95%% bootstrap intervals)")

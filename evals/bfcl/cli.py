@@ -3,8 +3,9 @@
 ``akv eval`` (:func:`run_bfcl_eval`) replays the gold history before each turn in process; ``akv
 live`` (:func:`run_bfcl_live`) lets the model act through an endpoint (:mod:`evals.bfcl.live`).
 Both print turn accuracy, task accuracy and retention with 95% intervals per policy (and per
-category), naming the model and judge, and write them with every task's turns to ``--out``; both
-record each (policy, task) result as it finishes, and the same command run again resumes.
+category; ``akv eval`` also on the turns with evidence, :mod:`evals.bfcl.evidence`), naming the
+model and judge, and write them with every task's turns to ``--out``; both record each (policy,
+task) result as it finishes, and the same command run again resumes.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from tqdm import tqdm
 from engine.errors import AKVError
 from engine.files import atomic_write
 from evals.bfcl.data import BFCL_VERSION, SPLIT_RULE
+from evals.bfcl.evidence import turn_evidence
 from evals.bfcl.judge import JudgeConfig, judge
 from evals.bfcl.report import summarize, table
 from evals.bfcl.store import ResultLog
 from evals.cache.cli import fill_eval_defaults, load_tasks, policy_specs, read_program_file
-from evals.cache.evaluator import DIAGNOSTIC, PolicySpec
+from evals.cache.evaluator import CONTROLS, PolicySpec
 
 JUDGE = (f"BFCL multi-turn checker (bfcl-eval=={BFCL_VERSION}: state_checker and response_checker per turn, "
          "gold history before each turn)")
@@ -77,7 +79,8 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     bar = tqdm(total=len(selection.tasks) * len(specs), desc="judging", unit="task")
     results = judge(engine, selection.tasks, specs, config, on_result=lambda r: bar.update(1), log=log)
     bar.close()
-    rows = summarize(results, [s.display for s in specs])
+    evidence = {t.id: [e.turn for e in turn_evidence(t) if e.has_evidence] for t in selection.tasks}
+    rows = summarize(results, [s.display for s in specs], evidence)
     for line in table(rows):
         print(line)
     for row in rows:
@@ -106,7 +109,7 @@ def run_bfcl_live(args: argparse.Namespace, params: dict[str, Any], picked: Poli
 
     Raises:
         AKVError: ``--probes`` other than 1, bfcl-eval missing (one line naming ``make bfcl``), a policy
-            that cannot be served (a text baseline), ``RUN_DIR`` of another run, an unreachable endpoint.
+            that cannot be served (a text baseline, a control), ``RUN_DIR`` of another run, an unreachable endpoint.
     """
     from engine.remote import RemoteEngine
     from engine.settings import settings
@@ -132,8 +135,9 @@ def run_bfcl_live(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     else:
         spec = PolicySpec(args.policy, params)
         label = args.policy + "".join(f"-{k}={v}" for k, v in sorted(params.items()))
-    if spec.name == DIAGNOSTIC:
-        raise AKVError(f"{DIAGNOSTIC} needs probes; BFCL tasks have none", field="policy", value=DIAGNOSTIC)
+    if spec.name in CONTROLS:
+        raise AKVError(f"{spec.name} is a control of akv eval (each turn after the gold history, its evidence "
+                       "mapped there); akv live plays the model's own calls", field="policy", value=spec.name)
     policy = spec.build() if spec.name != "full" or spec.source is not None else None
     if frame_guard and policy is not None:
         label += "-guarded"

@@ -34,9 +34,10 @@ from engine.interface import ChatEngine
 from engine.template import render_tool_calls
 from evals.bfcl.backends import Backends
 from evals.bfcl.calls import Call, parse_reply
+from evals.bfcl.controls import TurnControl
 from evals.bfcl.data import Entry, split_of
 from evals.bfcl.store import ResultLog
-from evals.cache.evaluator import DIAGNOSTIC, PolicySpec
+from evals.cache.evaluator import CONTROLS, PolicySpec
 from evals.errors import TaskError
 from evals.tasks.schema import Task
 from search_spaces import Episode, Policy, request_points
@@ -179,9 +180,10 @@ def tools_into_text(engine: Any, messages: list[dict[str, Any]]) -> list[dict[st
     return [first, *messages[1:]]
 
 
-def judge_task(engine: ChatEngine, responder: Responder, task: Task, policy: Policy | None, label: str,
-               config: JudgeConfig = JudgeConfig()) -> TaskJudgement:
-    """Every turn of ``task`` under ``policy`` (``None``: the full cache); see the module docstring."""
+def judge_task(engine: ChatEngine, responder: Responder, task: Task, policy: Policy | TurnControl | None,
+               label: str, config: JudgeConfig = JudgeConfig()) -> TaskJudgement:
+    """Every turn of ``task`` under ``policy`` (``None``: the full cache; a :class:`TurnControl`: its
+    drops at each turn, :mod:`evals.bfcl.controls`); see the module docstring."""
     t0 = time.perf_counter()
     entry = Entry.of_task(task)
     try:
@@ -195,14 +197,16 @@ def judge_task(engine: ChatEngine, responder: Responder, task: Task, policy: Pol
                          time.perf_counter() - t0, task.meta["bfcl"]["split_rule"])
 
 
-def _judge(engine: ChatEngine, responder: Responder, task: Task, entry: Entry, policy: Policy | None,
+def _judge(engine: ChatEngine, responder: Responder, task: Task, entry: Entry, policy: Policy | TurnControl | None,
            config: JudgeConfig) -> list[TurnResult]:
     msgs = tools_into_text(engine, [dict(m) for m in task.messages])
     declared = [t["function"]["name"] for t in task.tools]
     starts = task.meta["bfcl"]["turn_starts"]
     cuts = [s + len(turn) for s, turn in zip(starts, entry.turns)]
     decisions: dict[int, Any] = {}
-    if policy is not None:
+    if isinstance(policy, TurnControl):
+        decisions = policy.decisions(task)
+    elif policy is not None:
         every = sorted(set(request_points(msgs)) | set(cuts))
         counts = engine.render(msgs).message_tokens
         decisions = dict(zip(every, policy.run_episodes([Episode.of(msgs, counts, every)])[0]))
@@ -262,13 +266,14 @@ def judge(engine: ChatEngine, tasks: Sequence[Task], specs: Sequence[PolicySpec]
     (:class:`EngineResponder`). With ``log``, each result is recorded there as it finishes, and one
     it already holds (a rerun of the same run) is taken from it, not judged again.
 
+    The controls ``drop_evidence`` and ``drop_other`` drop each turn's evidence, or as many other
+    outputs, at that turn (:mod:`evals.bfcl.controls`).
+
     Raises:
-        TaskError: a task that is not a BFCL task, or the ``drop_evidence`` diagnostic (BFCL has no probes).
+        TaskError: a task that is not a BFCL task.
         AKVError: a policy that cannot be built (before any work).
     """
-    if any(s.name == DIAGNOSTIC for s in specs):
-        raise TaskError(f"{DIAGNOSTIC} needs probes; BFCL tasks have none", field="policy", value=DIAGNOSTIC)
-    policies = [(s.build(), s.display) for s in specs]
+    policies = [(TurnControl(s.name) if s.name in CONTROLS else s.build(), s.display) for s in specs]
     responder = responder or EngineResponder(engine, config.max_tokens, config.tool_choice)
     results = []
     for task in tasks:

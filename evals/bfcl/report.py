@@ -5,7 +5,10 @@ Per policy, over its judged tasks (a failed run, ``ok=False``, is counted apart 
 - turn accuracy: the share of turns BFCL's checker passes;
 - task accuracy: the share of tasks whose every turn passes (BFCL's own measure);
 - retention: of the turns the full cache passes, the share this policy also passes (paired by
-  task and turn; ``None`` when the results hold no full-cache run or it passes no turn).
+  task and turn; ``None`` when the results hold no full-cache run or it passes no turn);
+- evidence turn accuracy (when the caller gives each task's turns with evidence,
+  :func:`evals.bfcl.evidence.turn_evidence`): turn accuracy over those turns only, the turns where
+  the ``drop_evidence`` and ``drop_other`` controls drop anything.
 
 Task accuracy's interval is a Wilson score interval (:func:`evals.cache.scoring.wilson_interval`). The
 turns of one task are not independent (a policy that loses an early output tends to lose the task's
@@ -17,7 +20,7 @@ either. The same numbers are given per BFCL category.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,28 +58,36 @@ def clustered_rate(per_task: Sequence[Sequence[bool]], *, samples: int = SAMPLES
     return out
 
 
-def _scores(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement]) -> dict[str, Any]:
+def _scores(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement],
+            evidence: Mapping[str, Collection[int]] | None) -> dict[str, Any]:
     ok = [r for r in results if r.ok]
     full_passed = {(r.task_id, t.turn) for r in full if r.ok for t in r.turns if t.passed}
     kept = [[t.passed for t in r.turns if (r.task_id, t.turn) in full_passed] for r in ok]
-    return {"tasks": len(results), "failed": len(results) - len(ok),
-            "turn_accuracy": clustered_rate([[t.passed for t in r.turns] for r in ok]),
-            "task_accuracy": _rate(sum(r.passed for r in ok), len(ok)),
-            "retention": clustered_rate(kept) if full and any(kept) else None,
-            "errors": sorted({r.error for r in results if r.error})[:5]}
+    out = {"tasks": len(results), "failed": len(results) - len(ok),
+           "turn_accuracy": clustered_rate([[t.passed for t in r.turns] for r in ok]),
+           "task_accuracy": _rate(sum(r.passed for r in ok), len(ok)),
+           "retention": clustered_rate(kept) if full and any(kept) else None,
+           "errors": sorted({r.error for r in results if r.error})[:5]}
+    if evidence is not None:
+        out["evidence_turn_accuracy"] = clustered_rate(
+            [[t.passed for t in r.turns if t.turn in evidence.get(r.task_id, ())] for r in ok])
+    return out
 
 
-def summarize(results: Sequence[TaskJudgement], policies: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per policy (in ``policies``' order): its scores overall and per category."""
+def summarize(results: Sequence[TaskJudgement], policies: Sequence[str],
+              evidence_turns: Mapping[str, Collection[int]] | None = None) -> list[dict[str, Any]]:
+    """One row per policy (in ``policies``' order): its scores overall and per category.
+    ``evidence_turns``: task id -> its turns with evidence (adds ``evidence_turn_accuracy``)."""
     full = [r for r in results if r.policy == FULL]
     rows = []
     for policy in policies:
         mine = [r for r in results if r.policy == policy]
         reference = [] if policy == FULL else full  # the full cache's retention of itself says nothing
         categories = sorted({r.category for r in mine})
-        rows.append({"policy": policy, **_scores(mine, reference),
+        rows.append({"policy": policy, **_scores(mine, reference, evidence_turns),
                      "per_category": {c: _scores([r for r in mine if r.category == c],
-                                                 [r for r in reference if r.category == c]) for c in categories}})
+                                                 [r for r in reference if r.category == c], evidence_turns)
+                                      for c in categories}})
     return rows
 
 
@@ -88,7 +99,8 @@ def _cell(score: dict[str, Any] | None) -> str:
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The rows as lines of text: overall, then per category."""
+    """The rows as lines of text: overall, then per category; then, when the rows have it, each
+    policy's accuracy on the turns with evidence."""
     lines = [f"{'policy':28s} {'category':26s} {'turn acc (95% CI)':>20s} {'task acc (95% CI)':>20s} "
              f"{'retention (95% CI)':>20s} {'turns':>6s} {'tasks':>6s} {'failed':>6s}"]
     for row in rows:
@@ -98,4 +110,9 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
             lines.append(f"{row['policy'][:28]:28s} {category[:26]:26s} {_cell(s['turn_accuracy'])} "
                          f"{_cell(s['task_accuracy'])} {_cell(s['retention'])} {s['turn_accuracy']['n']:6d} "
                          f"{s['tasks']:6d} {s['failed']:6d}")
+    for row in rows:
+        if "evidence_turn_accuracy" in row:
+            score = row["evidence_turn_accuracy"]
+            lines.append(f"{row['policy'][:28]:28s} turns with evidence only ({score['n']}): turn acc "
+                         f"{_cell(score).strip()}")
     return lines

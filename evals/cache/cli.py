@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from engine.errors import AKVError
 from engine.files import atomic_write, read_text
-from evals.cache.evaluator import EvalConfig, PolicySpec, Replay, TaskResult, evaluate_with
+from evals.cache.evaluator import OTHER_CONTROL, EvalConfig, PolicySpec, Replay, TaskResult, evaluate_with
 from evals.cache.generation import BatchGeneration
 from evals.cache.probes import probe_format_for
 from evals.cache.scoring import wilson_interval
@@ -337,7 +337,8 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
     """``akv eval`` (see the module docstring); ``picked``: the policy of ``--run``/``--pick``.
 
     Raises:
-        AKVError: see :func:`policy_specs` and :func:`load_tasks`; an unknown model or rate table.
+        AKVError: see :func:`policy_specs` and :func:`load_tasks`; an unknown model or rate table;
+            ``drop_other`` (a control of the BFCL judge only).
     """
     import torch
 
@@ -366,6 +367,9 @@ def run_eval(args: argparse.Namespace, params: dict[str, Any], picked: PolicySpe
         raise AKVError(f"{existing[0]} exists: give another --out, or --force to overwrite it", field="out",
                        value=str(existing[0]))
     specs = policy_specs(args, params, picked, program)
+    if any(s.name == OTHER_CONTROL for s in specs):  # (said now, before the tasks and the model load)
+        raise AKVError(f"{OTHER_CONTROL} is a control of the BFCL judge only: give --suite bfcl-base or bfcl-long",
+                       field="policy", value=OTHER_CONTROL)
     selection = load_tasks(args.suite, args.split, args.limit, args.offset)
     tasks = selection.tasks
     if tasks and not any(t.probes for t in tasks):  # agent logs: probe-free fidelity (evals.cache.log_fidelity)

@@ -11,7 +11,8 @@ by task.
 
 ``drop_evidence`` (a diagnostic, not a policy) answers each probe with exactly its evidence
 dropped; its cost is the session's under the schedule that drops every probe's evidence when the
-probe is asked (cumulative, as a policy would).
+probe is asked (cumulative, as a policy would). Its control ``drop_other`` (as many other tool
+outputs dropped) runs only in the BFCL judge (:mod:`evals.bfcl.controls`); here it is refused.
 
 A policy that fails (a program refused or crashing, an invalid decision) gives a result with
 ``ok=False`` and the reason; never a score.
@@ -53,6 +54,11 @@ from search_spaces.cache.decision import Decision
 
 _T = TypeVar("_T")
 DIAGNOSTIC = "drop_evidence"
+OTHER_CONTROL = "drop_other"
+"""The diagnostic's control: as many tool outputs dropped as the evidence, none of them evidence. Only
+the BFCL judge runs it (:mod:`evals.bfcl.controls`); a probe evaluation refuses it (:meth:`Replay.decide`)."""
+CONTROLS = (DIAGNOSTIC, OTHER_CONTROL)
+"""The fixed controls that are named like policies but built by no family (:meth:`PolicySpec.build`: ``None``)."""
 FIDELITY_BOUND = 0.5
 """Default bound on a turn's loss of log-likelihood per token for a policy to pass a log conversation."""
 SCORINGS = ("loglik", "loglik-norm", "generate")
@@ -63,7 +69,7 @@ normalised exact match of the greedy answer (``generate``)."""
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A policy to evaluate: a family name (or ``program`` with its source, or ``drop_evidence``)."""
+    """A policy to evaluate: a family name (or ``program`` with its source, or a control of :data:`CONTROLS`)."""
 
     name: str
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -94,8 +100,8 @@ class PolicySpec:
         return cls(name.strip(), params, label=f"expert:{name.strip()}" + (f"({short})" if short else ""))
 
     def build(self) -> Policy | None:
-        """The policy object (``None`` for the ``drop_evidence`` diagnostic)."""
-        if self.name == DIAGNOSTIC:
+        """The policy object (``None`` for the controls of :data:`CONTROLS`)."""
+        if self.name in CONTROLS:
             return None
         if self.source is not None:
             return Policy.from_program(self.source, dict(self.params))
@@ -353,8 +359,11 @@ class Replay:
         evaluation takes them (guarded under :attr:`EvalConfig.frame_guard`).
 
         Raises:
-            AKVError: the policy cannot run or decides invalidly.
+            AKVError: the policy cannot run or decides invalidly; ``drop_other`` (BFCL's judge only).
         """
+        if spec.name == OTHER_CONTROL:
+            raise TaskError(f"{OTHER_CONTROL} is a control of the BFCL judge only (--suite bfcl-base|bfcl-long); "
+                            f"a probe evaluation has {DIAGNOSTIC} alone", field="policy", value=spec.name)
         cuts = request_cuts(task)
         if spec.name == DIAGNOSTIC:
             return _diagnostic_decisions(task, cuts)

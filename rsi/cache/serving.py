@@ -27,14 +27,14 @@ from pathlib import Path
 
 from engine.errors import AKVError
 from evals.cache.cli import read_program_file
-from evals.cache.evaluator import PolicySpec
+from evals.cache.evaluator import CONTROLS, PolicySpec
 from evals.cache.served import ReplayPolicy
 from search_spaces import FAMILIES, Policy, SandboxLimits
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MEMORY_MB = 512
 """Address space of a served program's sandbox process."""
-RESERVED = frozenset({*FAMILIES, "default", "program", "drop_evidence"})
+RESERVED = frozenset({*FAMILIES, "default", "program", *CONTROLS})
 """Names a served policy may not take: the built-in policies' (and the server's ``default``)."""
 
 

@@ -76,9 +76,7 @@ def test_retention_pairs_turns_with_the_full_cache():
     assert rows[0]["retention"] is None  # the full cache against itself: no retention
 
 
-def test_the_diagnostic_and_non_bfcl_tasks_are_refused(engine, small_task, tasks):
-    with pytest.raises(TaskError, match="needs probes"):
-        judge(engine, [small_task], [PolicySpec("drop_evidence")])
+def test_non_bfcl_tasks_are_refused(engine, tasks):
     with pytest.raises(TaskError, match="not a BFCL task"):
         judge(engine, tasks[:1], [PolicySpec("full")])
 
