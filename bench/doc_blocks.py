@@ -1,8 +1,8 @@
 """The rendered blocks of the docs other than README.md and docs/results.md.
 
 docs/survival.md (calibration, real vs simulator, simulator speed), docs/live.md (the paged suite on
-Qwen2.5-Coder-1.5B) and docs/tasks.md (probe calibrations): each block reads its result files under
-``bench/results/`` and writes the figures the prose used to quote. ``bench.result_blocks`` merges
+Qwen2.5-Coder-1.5B) and docs/tasks.md (probe calibrations, BFCL turns as probes): each block reads its
+result files under ``bench/results/`` and writes the figures the prose used to quote. ``bench.result_blocks`` merges
 :data:`DOC_BLOCKS` into its ``BLOCKS``; ``bench.render_results`` puts each between its markers.
 
 Not for: the figures of README.md and docs/results.md (``bench.result_blocks``).
@@ -190,6 +190,41 @@ def horizon_v3(r: Results) -> str:
             f"({data['seconds']:.0f} s). " + source(name))
 
 
+def bfcl_evidence(r: Results) -> str:
+    """``bench.bfcl_evidence``: the turns with evidence per suite and split, and each suite's train
+    headroom by the project's accounting (cost only)."""
+    name = "bfcl-evidence.json"
+    data = r(name)
+    suites = need(data, "suites")
+    rows = []
+    for suite, splits in suites.items():
+        for split, c in splits.items():
+            rows.append([f"`{suite}`", split, str(c["tasks"]), str(c["turns"]),
+                         f"{c['turns_with_evidence']} ({_share(c['turns_with_evidence_share'])})",
+                         f"{c['evidence_per_turn_mean']:.2f}", f"{c['tool_outputs_per_task_mean']:.1f}",
+                         f"{c['drop_other_short_turns']} ({c['drop_other_empty_turns']})"])
+    out = table(["suite", "split", "tasks", "turns", "turns with evidence", "evidence outputs per such turn",
+                 "tool outputs per task", "drop_other short of the evidence (drops none)"], rows)
+    heads = [(suite, splits["train"]["headroom"]) for suite, splits in suites.items()
+             if "headroom" in splits.get("train", {})]
+    if heads:
+        names = [x["schedule"] for x in heads[0][1]["rows"]]
+        body = []
+        for n in names:
+            cells = []
+            for _, h in heads:
+                x = next(x for x in h["rows"] if x["schedule"] == n)
+                cells.append(f"{0.0 - x['saving_vs_full_pct']:+.1f}% / {x['evidence_turns_attended']} of "
+                             f"{h['evidence_turns']}")
+            body.append([f"`{n}`: {heads[0][1]['rows'][names.index(n)]['what']}", *cells])
+        out += (f"\n\nTrain split: cost by the project's accounting (tokens of `{data['tokenizer']}` under "
+                f"`{data['template']}`, rates `{data['rates']}`); **the pass is not measured** (it needs the model "
+                "and the judge). An evidence turn is attended when every value of it has an output holding it "
+                "still attended at the turn.\n\n"
+                + table(["schedule", *(f"`{s}`: cost vs full / evidence turns attended" for s, _ in heads)], body))
+    return out + "\n\n" + source(name)
+
+
 DOC_BLOCKS: dict[str, Block] = {
     "survival-calibration": Block(("survival-calibration-gemma-3-270m.json",), survival_calibration),
     "survival-conformance": Block(("survival-conformance-gemma-3-270m.json",),
@@ -207,5 +242,6 @@ DOC_BLOCKS: dict[str, Block] = {
                                                  greedy=False)),
     "calibration-default": Block(("calibration-train.json", "calibration-heldout.json"),
                                  probe_calibration("calibration-train.json", "calibration-heldout.json", greedy=True)),
+    "bfcl-evidence": Block(("bfcl-evidence.json",), bfcl_evidence),
 }
 """The blocks of docs/survival.md, docs/live.md and docs/tasks.md, by name."""
