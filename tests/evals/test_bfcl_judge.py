@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -259,3 +260,33 @@ def test_a_batch_the_engine_refuses_is_answered_one_at_a_time(engine, small_task
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         judge(engine, [small_task], POLICIES[:1], config, batch_size=0)
 
+
+def test_akv_eval_on_a_bfcl_suite_loads_its_weights_and_batches_by_default(engine, small_task, tmp_path, monkeypatch,
+                                                                           capsys):
+    """The command's wiring (the model and the judge stubbed: the gold calls answer): ``--weights``
+    reaches the engine, the partial log's header and the results; ``--batch`` (default 8) reaches
+    the judge and the results, not the header; ``--batch 0`` is one line."""
+    from engine.engine import Engine
+    from rsi.cli import main
+
+    loads, calls = [], []
+
+    def gold_judge(eng, tasks, specs, config, **kw):
+        calls.append((kw["batch_size"], kw["log"].header))
+        return judge(eng, tasks, specs, config, responder=GoldResponder(tasks[0]), **kw)
+
+    monkeypatch.setattr("evals.bfcl.cli.load_tasks", lambda *a: SimpleNamespace(tasks=[small_task], split="train"))
+    monkeypatch.setattr(Engine, "from_pretrained", classmethod(lambda cls, name, **kw: loads.append(kw) or engine))
+    monkeypatch.setattr("evals.bfcl.cli.judge", gold_judge)
+    out = tmp_path / "r.json"
+    argv = ["eval", "--suite", "bfcl-base", "--limit", "1", "--model", "tiny-random", "--policy", "full",
+            "--weights", "gguf", "--out", str(out)]
+    assert main(argv) == 0 and main([*argv, "--batch", "1", "--force"]) == 0
+    assert [kw["weights"] for kw in loads] == ["gguf", "gguf"]
+    assert [b for b, _ in calls] == [8, 1] and calls[0][1] == calls[1][1] and calls[0][1]["weights"] == "gguf"
+    result = json.loads(out.read_text())
+    assert (result["weights"], result["batch"], result["policies"][0]["task_accuracy"]["rate"]) == ("gguf", 1, 1.0)
+    capsys.readouterr()
+    assert main([*argv, "--batch", "0", "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--batch must be an integer >= 1, got 0" in err and len(err.splitlines()) == 1, err
