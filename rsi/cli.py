@@ -635,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tool-choice", default="auto", choices=["auto", "required"],
                    help="BFCL suites: 'required' makes each turn's first reply a call of a declared tool "
                         "(decoded under the tools' grammar), later replies 'auto'; 'auto' (default): prose allowed")
+    e.add_argument("--batch", type=int, default=None, metavar="N",
+                   help="BFCL suites: (policy, task) jobs judged at once, their replies decoded in shared steps "
+                        "(default: 8; 1: one at a time, as before); not part of the run's identity, so a rerun with "
+                        "another --batch resumes")
     e.add_argument("--out", default=None,
                    help="results JSON, per-task parquet next to it (default: eval-results.json)")
     e.add_argument("--force", action="store_true", help="overwrite --out (and its parquet and plot) when they exist")

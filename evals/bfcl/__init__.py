@@ -11,12 +11,14 @@ Public surface::
 
 Modules: :mod:`~evals.bfcl.data` (BFCL's files -> tasks, the split), :mod:`~evals.bfcl.calls`
 (model replies parsed into calls, never evaluated), :mod:`~evals.bfcl.backends` (the backends run
-by the project), :mod:`~evals.bfcl.judge` (turn by turn, BFCL's checker), :mod:`~evals.bfcl.live`
-(the model acting through an endpoint, as BFCL runs it), :mod:`~evals.bfcl.export` (its episodes as
-agent logs), :mod:`~evals.bfcl.store` (results on disk as they finish), :mod:`~evals.bfcl.report`,
-:mod:`~evals.bfcl.evidence` (each turn's evidence among the earlier outputs; the turns as probes),
-:mod:`~evals.bfcl.controls` (``drop_evidence`` and ``drop_other`` per turn, in the judge),
-:mod:`~evals.bfcl.headroom` (what schedules cost on a suite, no model).
+by the project), :mod:`~evals.bfcl.judge` (turn by turn, BFCL's checker; replies batched across
+jobs), :mod:`~evals.bfcl.responders` (who writes a reply), :mod:`~evals.bfcl.judgement` (its options
+and results), :mod:`~evals.bfcl.live` (the model acting through an endpoint, as BFCL runs it),
+:mod:`~evals.bfcl.export` (its episodes as agent logs), :mod:`~evals.bfcl.store` (results on disk
+as they finish), :mod:`~evals.bfcl.report`, :mod:`~evals.bfcl.evidence` (each turn's evidence
+among the earlier outputs; the turns as probes), :mod:`~evals.bfcl.controls` (``drop_evidence`` and
+``drop_other`` per turn, in the judge), :mod:`~evals.bfcl.headroom` (what schedules cost on a suite,
+no model).
 bfcl-eval is imported only when a BFCL suite is used; see docs/tasks.md, "BFCL multi-turn".
 """
 
@@ -27,9 +29,11 @@ from evals.bfcl.data import BFCL_VERSION, INSTALL_COMMAND, SPLIT_RULE, SUITES, E
 from evals.bfcl.evidence import TurnEvidence, ValueMatch, as_probe_task, turn_evidence
 from evals.bfcl.export import export_episodes
 from evals.bfcl.headroom import SuiteHeadroom, keep_evidence_schedule, suite_headroom
-from evals.bfcl.judge import GoldResponder, JudgeConfig, TaskJudgement, TurnResult, judge, judge_task
+from evals.bfcl.judge import judge, judge_task
+from evals.bfcl.judgement import JudgeConfig, TaskJudgement, TurnResult
 from evals.bfcl.live import BfclLiveConfig, LiveEpisode, live_summary, run_bfcl_episode, run_bfcl_live
 from evals.bfcl.report import summarize
+from evals.bfcl.responders import GoldResponder
 from evals.bfcl.store import ResultLog
 
 __all__ = [

@@ -1,7 +1,9 @@
 """``akv eval`` and ``akv live`` on ``--suite bfcl-base|bfcl-long``: turn by turn, BFCL's checker.
 
-``akv eval`` (:func:`run_bfcl_eval`) replays the gold history before each turn in process; ``akv
-live`` (:func:`run_bfcl_live`) lets the model act through an endpoint (:mod:`evals.bfcl.live`).
+``akv eval`` (:func:`run_bfcl_eval`) replays the gold history before each turn in process, judging
+``--batch`` (policy, task) jobs at once with their replies decoded in shared steps (default 8; 1:
+one at a time); ``akv live`` (:func:`run_bfcl_live`) lets the model act through an endpoint
+(:mod:`evals.bfcl.live`).
 Both print turn accuracy, task accuracy and retention with 95% intervals per policy (and per
 category; ``akv eval`` also on the turns with evidence, :mod:`evals.bfcl.evidence`), naming the
 model and judge, and write them with every task's turns to ``--out``; both record each (policy,
@@ -19,6 +21,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from engine.decode import GENERATE_BATCH
 from engine.errors import AKVError
 from engine.files import atomic_write
 from evals.bfcl.data import BFCL_VERSION, SPLIT_RULE
@@ -39,13 +42,16 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     """``akv eval`` on a BFCL suite (see the module docstring).
 
     Finished (policy, task) results go to ``OUT.partial.jsonl`` as they finish; the same command run
-    again takes them from there (``--force`` starts over), and the file goes once ``OUT`` is written.
+    again takes them from there (``--force`` starts over; ``--batch`` may differ, it is not part of
+    the run's identity: :func:`evals.bfcl.judge.judge`), and the file goes once ``OUT`` is written.
+    ``--weights`` and ``--batch`` are recorded in the results, ``--weights`` in the partial file's
+    header too.
 
     Raises:
-        AKVError: options that do not apply to BFCL (``--frame-guard``), an existing ``--out``
-            without ``--force``, a partial file of another run (naming what differs), and what
-            :func:`evals.cache.cli.policy_specs` and :func:`evals.cache.cli.load_tasks` raise (bfcl-eval
-            missing: one line naming ``make bfcl``).
+        AKVError: options that do not apply to BFCL (``--frame-guard``), ``--batch`` below 1, an
+            existing ``--out`` without ``--force``, a partial file of another run (naming what
+            differs), and what :func:`evals.cache.cli.policy_specs` and
+            :func:`evals.cache.cli.load_tasks` raise (bfcl-eval missing: one line naming ``make bfcl``).
     """
     import torch
 
@@ -54,6 +60,9 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     fill_eval_defaults(args)
     if getattr(args, "frame_guard", False):
         raise AKVError("--frame-guard does not apply to the BFCL suites", field="frame_guard", value=True)
+    batch = GENERATE_BATCH if getattr(args, "batch", None) is None else args.batch
+    if not isinstance(batch, int) or batch < 1:
+        raise AKVError(f"--batch must be an integer >= 1, got {batch!r}", field="batch", value=batch)
     out = Path(args.out or "eval-results.json")
     if out.is_dir():
         raise AKVError(f"--out {out} is a directory; give a file name such as {out / 'results.json'}", field="out",
@@ -64,20 +73,23 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     specs = policy_specs(args, params, picked, program)
     selection = load_tasks(args.suite, args.split, args.limit, args.offset)
     dtype = getattr(args, "dtype", None) or "float32"
-    engine = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype))
+    weights = getattr(args, "weights", None) or "dense"
+    engine = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype), weights=weights)
     config = JudgeConfig(tool_choice=getattr(args, "tool_choice", "auto"))
     partial = out.with_name(out.name + ".partial.jsonl")
     if getattr(args, "force", False):
         partial.unlink(missing_ok=True)
     log = ResultLog(partial, {"suite": args.suite, "split": selection.split, "model": args.model, "dtype": dtype,
-                              "template": engine.renderer.template.name, "judge": JUDGE, "config": asdict(config),
-                              "policies": {s.display: s.key for s in specs}})
+                              "weights": weights, "template": engine.renderer.template.name, "judge": JUDGE,
+                              "config": asdict(config), "policies": {s.display: s.key for s in specs}})
     print(f"{args.suite} ({selection.split}, {len(selection.tasks)} tasks; split: {SPLIT_RULE}); model {args.model} "
-          f"{dtype}, template {engine.renderer.template.name}; judge: {JUDGE}", flush=True)
+          f"{dtype} ({weights} weights), template {engine.renderer.template.name}; {batch} jobs at once; "
+          f"judge: {JUDGE}", flush=True)
     if len(log):
         print(f"resuming: {len(log)} finished results from {partial}", flush=True)
     bar = tqdm(total=len(selection.tasks) * len(specs), desc="judging", unit="task")
-    results = judge(engine, selection.tasks, specs, config, on_result=lambda r: bar.update(1), log=log)
+    results = judge(engine, selection.tasks, specs, config, on_result=lambda r: bar.update(1), log=log,
+                    batch_size=batch)
     bar.close()
     evidence = {t.id: [e.turn for e in turn_evidence(t) if e.has_evidence] for t in selection.tasks}
     rows = summarize(results, [s.display for s in specs], evidence)
@@ -88,9 +100,9 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
             print(f"{row['policy']}: {row['failed']} of {row['tasks']} tasks failed (no score), "
                   f"e.g. {row['errors'][0]}")
     payload = {"suite": args.suite, "split": selection.split, "split_rule": SPLIT_RULE, "model": args.model,
-               "dtype": dtype, "template": engine.renderer.template.name, "judge": JUDGE,
+               "dtype": dtype, "weights": weights, "template": engine.renderer.template.name, "judge": JUDGE,
                "config": {"max_steps": config.max_steps, "max_tokens": config.max_tokens,
-                          "tool_choice": config.tool_choice},
+                          "tool_choice": config.tool_choice}, "batch": batch,
                "policies": rows, "tasks": [r.to_row() for r in results]}
     atomic_write(out, json.dumps(payload, indent=1, default=str).encode())
     partial.unlink()  # every result is in ``out`` now

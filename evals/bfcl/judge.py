@@ -5,7 +5,7 @@ For a policy and a BFCL task (:mod:`evals.bfcl.data`), turn ``k`` is judged on i
 1. the context is the gold history up to turn ``k``'s question (earlier turns' gold calls and their
    outputs, rendered as the model's template renders tool calls and results), under the policy's
    decision at that request (its cumulative schedule; a text policy's rewritten history);
-2. a :class:`Responder` (the engine, or :class:`GoldResponder`) writes a reply; its calls are
+2. a responder (:mod:`evals.bfcl.responders`: the engine, or the gold calls) writes a reply; its calls are
    parsed (:func:`evals.bfcl.calls.parse_reply`) and run on a copy of the backends in the state
    the gold history left, their outputs appended as tool messages, and the model asked again, until
    a reply holds no call or ``max_steps`` replies were made (the schedule stays the turn's: later
@@ -18,131 +18,38 @@ For a policy and a BFCL task (:mod:`evals.bfcl.data`), turn ``k`` is judged on i
 A reply piece that is no acceptable call is recorded with its reason and not run. An engine error
 that is not transient makes the task's result ``ok=False`` with that reason, never a score.
 
-Not for: summarizing results (:mod:`evals.bfcl.report`).
+A (policy, task) judgement is a generator (:func:`_turns`) that yields each reply it needs
+(a :class:`~evals.bfcl.responders.ReplyAsk`) and receives its text, so that the driver decides
+how replies are written: :func:`judge_task` asks a responder one reply at a time; :func:`judge`, with the engine's
+responder on an engine that decodes in shared steps (``engine.interface.BatchGenerator``), keeps up
+to ``batch_size`` jobs in flight and decodes all their pending replies together in each round
+(``Engine.generate_many``), which on CPU makes several replies in about the time of one.
+
+Not for: the options and result types (:mod:`evals.bfcl.judgement`), summarizing results
+(:mod:`evals.bfcl.report`).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
 
+from engine.decode import GENERATE_BATCH
 from engine.errors import AKVError
-from engine.interface import ChatEngine
-from engine.template import render_tool_calls
+from engine.interface import BatchGenerator, ChatEngine
 from evals.bfcl.backends import Backends
 from evals.bfcl.calls import Call, parse_reply
 from evals.bfcl.controls import TurnControl
 from evals.bfcl.data import Entry, split_of
+from evals.bfcl.judgement import JudgeConfig, TaskJudgement, TurnResult
+from evals.bfcl.responders import EngineResponder, ReplyAsk, Responder
 from evals.bfcl.store import ResultLog
 from evals.cache.evaluator import CONTROLS, PolicySpec
 from evals.errors import TaskError
 from evals.tasks.schema import Task
 from search_spaces import Episode, Policy, request_points
-
-
-class Responder(Protocol):
-    """Writes the assistant's reply to ``context`` under ``schedule`` (the wire format, or ``None``);
-    ``turn`` and ``step`` say where in the task it is. Raises ``AKVError`` when it cannot."""
-
-    def reply(self, context: list[dict[str, Any]], schedule: Any, turn: int, step: int) -> str: ...
-
-
-@dataclass
-class EngineResponder:
-    """The engine's greedy reply. ``tool_choice``: ``auto`` (OpenAI's: the model may end its turn in
-    prose at any reply) or ``required`` (a turn's first reply is a call of a declared tool, decoded
-    under the tools' grammar; later replies ``auto``, so the turn can end)."""
-
-    engine: ChatEngine
-    max_tokens: int = 256
-    tool_choice: str = "auto"
-
-    def reply(self, context: list[dict[str, Any]], schedule: Any, turn: int, step: int) -> str:
-        choice = "required" if self.tool_choice == "required" and step == 0 else "auto"
-        return self.engine.chat(context, schedule, max_tokens=self.max_tokens, temperature=0.0,
-                                tool_choice=choice).text
-
-
-@dataclass
-class GoldResponder:
-    """Replies with the gold calls of each turn (as ``<tool_call>`` blocks), then with no call: a
-    check of the judge itself, which must pass every turn."""
-
-    task: Task
-
-    def reply(self, context: list[dict[str, Any]], schedule: Any, turn: int, step: int) -> str:
-        if step > 0:
-            return "Done."
-        calls = [c for m in self._assistant_of(turn) for c in m.get("tool_calls") or ()]
-        return render_tool_calls(calls, leading_newline=False, style="qwen") if calls else "Done."
-
-    def _assistant_of(self, turn: int) -> list[Mapping[str, Any]]:
-        starts = [*self.task.meta["bfcl"]["turn_starts"], len(self.task.messages)]
-        return [m for m in self.task.messages[starts[turn]:starts[turn + 1]] if m["role"] == "assistant"]
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    """One turn under one policy: ``passed`` by BFCL's checker (``reason`` its error type and message
-    when not); the model's calls as rebuilt strings, the refused pieces' reasons, replies made."""
-
-    turn: int
-    passed: bool
-    reason: str
-    calls: tuple[str, ...]
-    refused: tuple[str, ...]
-    steps: int
-    dropped_messages: int
-
-
-@dataclass(frozen=True)
-class TaskJudgement:
-    """A policy on a BFCL task. ``ok=False``: the run failed (``error``), and it has no score."""
-
-    task_id: str
-    category: str
-    split: str
-    policy: str
-    ok: bool
-    error: str | None
-    turns: tuple[TurnResult, ...] = ()
-    seconds: float = 0.0
-    split_rule: str = ""
-
-    @property
-    def passed(self) -> bool:
-        """All turns pass (BFCL's task accuracy)."""
-        return self.ok and all(t.passed for t in self.turns)
-
-    def to_row(self) -> dict[str, Any]:
-        return {**{k: v for k, v in asdict(self).items() if k != "turns"}, "passed": self.passed,
-                "turns": [asdict(t) for t in self.turns]}
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> TaskJudgement:
-        """The judgement :meth:`to_row` wrote (a resumed run's finished result)."""
-        turns = tuple(TurnResult(**{**t, "calls": tuple(t["calls"]), "refused": tuple(t["refused"])})
-                      for t in row["turns"])
-        return cls(row["task_id"], row["category"], row["split"], row["policy"], row["ok"], row["error"], turns,
-                   row.get("seconds", 0.0), row.get("split_rule", ""))
-
-
-@dataclass(frozen=True)
-class JudgeConfig:
-    """``max_steps``: replies per turn (BFCL allows 20); ``max_tokens``: tokens per reply."""
-
-    max_steps: int = 5
-    max_tokens: int = 256
-    tool_choice: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.max_tokens < 1:
-            raise ValueError(f"max_steps and max_tokens must be >= 1, got {self.max_steps}, {self.max_tokens}")
-        if self.tool_choice not in ("auto", "required"):
-            raise ValueError(f"tool_choice must be 'auto' or 'required', got {self.tool_choice!r}")
 
 
 def _checkers() -> tuple[Any, Any]:
@@ -180,25 +87,86 @@ def tools_into_text(engine: Any, messages: list[dict[str, Any]]) -> list[dict[st
     return [first, *messages[1:]]
 
 
-def judge_task(engine: ChatEngine, responder: Responder, task: Task, policy: Policy | TurnControl | None,
-               label: str, config: JudgeConfig = JudgeConfig()) -> TaskJudgement:
-    """Every turn of ``task`` under ``policy`` (``None``: the full cache; a :class:`TurnControl`: its
-    drops at each turn, :mod:`evals.bfcl.controls`); see the module docstring."""
-    t0 = time.perf_counter()
-    entry = Entry.of_task(task)
+Judged = Policy | TurnControl | None
+"""What a job judges: a policy, a per-turn control (:mod:`evals.bfcl.controls`), or ``None`` (the full cache)."""
+
+Turns = Generator[ReplyAsk, str, list[TurnResult]]
+"""A (policy, task) judgement in progress (:func:`_turns`): yields each reply it needs, is sent its
+text, and returns the task's turns."""
+
+
+def _reply_alone(responder: Responder, ask: ReplyAsk) -> str | AKVError:
+    """``responder``'s reply to ``ask``, or the non-transient :class:`AKVError` it raised (a
+    transient one propagates)."""
     try:
-        turns = _judge(engine, responder, task, entry, policy, config)
+        return responder.reply(ask.context, ask.schedule, ask.turn, ask.step)
     except AKVError as err:
         if err.transient:
             raise
-        return TaskJudgement(task.id, entry.category, split_of(task.id), label, False,
-                             f"{type(err).__name__}: {err}".splitlines()[0][:500], (), time.perf_counter() - t0)
-    return TaskJudgement(task.id, entry.category, split_of(task.id), label, True, None, tuple(turns),
-                         time.perf_counter() - t0, task.meta["bfcl"]["split_rule"])
+        return err
 
 
-def _judge(engine: ChatEngine, responder: Responder, task: Task, entry: Entry, policy: Policy | TurnControl | None,
-           config: JudgeConfig) -> list[TurnResult]:
+class _Job:
+    """One (policy, task) judgement: its :func:`_turns` generator, the reply it waits for
+    (``pending``) and, once it ends, its ``result``; exactly one of the two is ``None``. Its
+    ``seconds`` run from the job's start (this object's creation) to its end, replies of other jobs
+    decoded beside its own included. A non-transient :class:`AKVError`, the engine's or the
+    judgement's own, ends the job ``ok=False`` with its reason; a transient one propagates."""
+
+    def __init__(self, engine: ChatEngine, task: Task, policy: Judged, label: str, config: JudgeConfig):
+        self.t0 = time.perf_counter()
+        self.task, self.label = task, label
+        self.entry = Entry.of_task(task)
+        self.pending: ReplyAsk | None = None
+        self.result: TaskJudgement | None = None
+        self._turns = _turns(engine, task, self.entry, policy, config)
+        self._advance(None)
+
+    def answer(self, reply: str | AKVError) -> None:
+        """Give the pending reply its text (the job goes on to its next reply or ends), or the
+        engine's error (the job ends ``ok=False``)."""
+        assert self.pending is not None, f"{self.label} on {self.task.id} has ended; it takes no reply"
+        if isinstance(reply, AKVError):
+            self._turns.close()
+            self._fail(reply)
+        else:
+            self._advance(reply)
+
+    def _advance(self, text: str | None) -> None:
+        try:
+            self.pending = next(self._turns) if text is None else self._turns.send(text)
+        except StopIteration as stop:
+            self.pending = None
+            self.result = TaskJudgement(self.task.id, self.entry.category, split_of(self.task.id), self.label, True,
+                                        None, tuple(stop.value), time.perf_counter() - self.t0,
+                                        self.task.meta["bfcl"]["split_rule"])
+        except AKVError as err:
+            if err.transient:
+                raise
+            self._fail(err)
+
+    def _fail(self, err: AKVError) -> None:
+        self.pending = None
+        self.result = TaskJudgement(self.task.id, self.entry.category, split_of(self.task.id), self.label, False,
+                                    f"{type(err).__name__}: {err}".splitlines()[0][:500], (),
+                                    time.perf_counter() - self.t0)
+
+
+def judge_task(engine: ChatEngine, responder: Responder, task: Task, policy: Judged,
+               label: str, config: JudgeConfig | None = None) -> TaskJudgement:
+    """Every turn of ``task`` under ``policy`` (``None``: the full cache; a :class:`TurnControl`: its
+    drops at each turn, :mod:`evals.bfcl.controls`), ``responder`` writing one
+    reply at a time; see the module docstring. Raises a transient :class:`AKVError` (a server down)."""
+    job = _Job(engine, task, policy, label, config or JudgeConfig())
+    while (ask := job.pending) is not None:
+        job.answer(_reply_alone(responder, ask))
+    assert job.result is not None
+    return job.result
+
+
+def _turns(engine: ChatEngine, task: Task, entry: Entry, policy: Judged, config: JudgeConfig) -> Turns:
+    """The judgement of ``task`` under ``policy``, turn by turn (the module docstring's steps), as a
+    generator: each reply is yielded as a :class:`ReplyAsk` and its text sent back."""
     msgs = tools_into_text(engine, [dict(m) for m in task.messages])
     declared = [t["function"]["name"] for t in task.tools]
     starts = task.meta["bfcl"]["turn_starts"]
@@ -227,7 +195,7 @@ def _judge(engine: ChatEngine, responder: Responder, task: Task, entry: Entry, p
         model_outputs: list[str] = []
         steps = 0
         while steps < config.max_steps:
-            text = responder.reply(context, schedule, k, steps)
+            text = yield ReplyAsk(context, schedule, k, steps)
             steps += 1
             parsed = parse_reply(text, declared)
             refused += [r.reason for r in parsed.refused]
@@ -259,35 +227,115 @@ def _step_messages(backends: Backends, turn: int, step: int, calls: Sequence[Cal
         *({"role": "tool", "name": c.name, "tool_call_id": i, "content": o} for i, c, o in zip(ids, calls, outputs))]
 
 
-def judge(engine: ChatEngine, tasks: Sequence[Task], specs: Sequence[PolicySpec], config: JudgeConfig = JudgeConfig(),
+def judge(engine: ChatEngine, tasks: Sequence[Task], specs: Sequence[PolicySpec], config: JudgeConfig | None = None,
           responder: Responder | None = None, on_result: Callable[[TaskJudgement], None] | None = None,
-          log: ResultLog | None = None) -> list[TaskJudgement]:
-    """Every policy of ``specs`` on every task, task by task; the responder defaults to the engine
-    (:class:`EngineResponder`). With ``log``, each result is recorded there as it finishes, and one
-    it already holds (a rerun of the same run) is taken from it, not judged again.
+          log: ResultLog | None = None, batch_size: int = GENERATE_BATCH) -> list[TaskJudgement]:
+    """Every policy of ``specs`` on every task; the responder defaults to the engine
+    (:class:`EngineResponder`). The results are in task order, each task's policies in ``specs``
+    order. With ``log``, each result is recorded there as it finishes, and one it already holds (a
+    rerun of the same run) is taken from it, not judged again; ``on_result`` sees each result as it
+    is taken from the log or finishes (with batching, in the order jobs end).
+
+    With the engine's responder, an engine that decodes in shared steps
+    (``engine.interface.BatchGenerator``) and ``batch_size`` above 1, up to ``batch_size`` (policy,
+    task) jobs are judged at once, started in that order (:func:`_judge_batched`); otherwise one at a
+    time (:func:`judge_task`). Batching changes how the replies are computed, not what is asked: a
+    greedy reply is the same but where the batched step's float rounding flips a near-tied argmax
+    (``Engine.generate_many``), so ``batch_size`` is not part of a run's identity (a batched rerun
+    resumes a sequential run's ``log``). A result's ``seconds`` is the wall time from its job's start
+    to its end, so a batched job's includes the other jobs' replies decoded beside its own.
 
     The controls ``drop_evidence`` and ``drop_other`` drop each turn's evidence, or as many other
     outputs, at that turn (:mod:`evals.bfcl.controls`).
 
     Raises:
-        TaskError: a task that is not a BFCL task.
-        AKVError: a policy that cannot be built (before any work).
+        ValueError: ``batch_size`` below 1.
+        TaskError: a task that is not a BFCL task, before any work.
+        AKVError: a policy that cannot be built (before any work); a transient engine error.
     """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    alien = next((t.id for t in tasks if "bfcl" not in t.meta), None)
+    if alien is not None:
+        raise TaskError(f"task {alien} is not a BFCL task", field="suite", value=alien)
+    config = config or JudgeConfig()
     policies = [(TurnControl(s.name) if s.name in CONTROLS else s.build(), s.display) for s in specs]
     responder = responder or EngineResponder(engine, config.max_tokens, config.tool_choice)
-    results = []
-    for task in tasks:
-        if "bfcl" not in task.meta:
-            raise TaskError(f"task {task.id} is not a BFCL task", field="suite", value=task.id)
-        for policy, label in policies:
-            done = log.get(label, task.id) if log is not None else None
-            if done is not None:
-                r = TaskJudgement.from_row(done)
+    results: list[TaskJudgement | None] = [None] * (len(tasks) * len(policies))
+    work: list[tuple[int, Task, Judged, str]] = []  # (position in results, task, policy, label)
+    for i, (task, (policy, label)) in enumerate((t, p) for t in tasks for p in policies):
+        done = log.get(label, task.id) if log is not None else None
+        if done is None:
+            work.append((i, task, policy, label))
+            continue
+        results[i] = logged = TaskJudgement.from_row(done)
+        if on_result is not None:
+            on_result(logged)
+    if isinstance(responder, EngineResponder) and isinstance(responder.engine, BatchGenerator) and batch_size > 1:
+        finished = _judge_batched(engine, responder, responder.engine, work, config, batch_size)
+    else:
+        finished = ((i, judge_task(engine, responder, task, policy, label, config)) for i, task, policy, label in work)
+    for i, r in finished:
+        if log is not None:
+            log.add(r.to_row())
+        results[i] = r
+        if on_result is not None:
+            on_result(r)
+    assert all(r is not None for r in results)
+    return [r for r in results if r is not None]
+
+
+def _judge_batched(engine: ChatEngine, responder: EngineResponder, batcher: BatchGenerator,
+                   work: Sequence[tuple[int, Task, Judged, str]], config: JudgeConfig, batch_size: int,
+                   ) -> Iterator[tuple[int, TaskJudgement]]:
+    """Judge ``work`` ((position, task, policy, label) jobs), up to ``batch_size`` jobs in flight,
+    started in order as others end; yields (position, judgement) as each job ends. Each round, every
+    live job's pending reply is built and prepared on its own (``batcher.request``,
+    ``prepare_request``: a request refused there ends only its job), then all are decoded together
+    in one ``batcher.generate_many`` and each text sent to its job. Should ``generate_many`` itself
+    raise a non-transient error, which no request's preparation foretold, that round's replies are
+    made again one at a time (``responder.reply``), so that the error ends only the job it belongs to."""
+    waiting = iter(work)
+    live: list[tuple[int, _Job]] = []
+    while True:
+        while len(live) < batch_size and (nxt := next(waiting, None)) is not None:
+            i, task, policy, label = nxt
+            job = _Job(engine, task, policy, label, config)
+            if job.result is not None:  # ended before its first reply (a policy that failed on the task)
+                yield i, job.result
             else:
-                r = judge_task(engine, responder, task, policy, label, config)
-                if log is not None:
-                    log.add(r.to_row())
-            results.append(r)
-            if on_result is not None:
-                on_result(r)
-    return results
+                live.append((i, job))
+        if not live:
+            return
+        _answer_round(responder, batcher, [job for _, job in live], batch_size)
+        for i, job in live:
+            if job.result is not None:
+                yield i, job.result
+        live = [(i, job) for i, job in live if job.result is None]
+
+
+def _answer_round(responder: EngineResponder, batcher: BatchGenerator, jobs: Sequence[_Job], batch_size: int) -> None:
+    """Answer every job's pending reply (see :func:`_judge_batched`)."""
+    ready = []
+    for job in jobs:
+        ask = job.pending
+        assert ask is not None
+        try:
+            ready.append((job, batcher.prepare_request(batcher.request(ask.context, ask.schedule,
+                                                                       **responder.options(ask.step)))))
+        except AKVError as err:
+            if err.transient:
+                raise
+            job.answer(err)
+    try:
+        replies = batcher.generate_many([request for _, request in ready], batch_size)
+    except AKVError as err:
+        if err.transient:
+            raise
+        for job, _ in ready:
+            ask = job.pending
+            assert ask is not None
+            job.answer(_reply_alone(responder, ask))
+        return
+    for (job, _), reply in zip(ready, replies):
+        job.answer(reply.text)

@@ -48,7 +48,8 @@ from engine.toolcalls import message_tools
 from evals.bfcl.backends import Backends
 from evals.bfcl.calls import parse_reply
 from evals.bfcl.data import Entry, split_of
-from evals.bfcl.judge import TaskJudgement, TurnResult, check_turn, tools_into_text
+from evals.bfcl.judge import check_turn, tools_into_text
+from evals.bfcl.judgement import TaskJudgement, TurnResult
 from evals.bfcl.store import ResultLog
 from evals.cache.cost import task_cost
 from evals.cache.live import session_name

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from evals.bfcl.judge import TaskJudgement
+from evals.bfcl.judgement import TaskJudgement
 from evals.cache.scoring import wilson_interval
 
 FULL = "full"

@@ -43,14 +43,20 @@ def eng() -> Engine:
     return Engine(base.model, base.tokenizer, "plain", name=base.name)
 
 
-@pytest.fixture(scope="module")
-def small_task() -> Task:
-    """A real two-turn BFCL task declaring only the functions its gold calls (a short prompt: seconds on CPU)."""
+def short_bfcl_task(entry_id: str, turns: int) -> Task:
+    """The first ``turns`` turns of BFCL's multi-turn base entry ``entry_id``, declaring only the
+    functions its gold calls (a short prompt: seconds on CPU)."""
     from evals.bfcl.data import read_entries, to_task
 
-    entry = next(e for e in read_entries("multi_turn_base") if e.id == "multi_turn_base_0")
-    entry = replace(entry, turns=entry.turns[:2], gold=entry.gold[:2])
+    entry = next(e for e in read_entries("multi_turn_base") if e.id == entry_id)
+    entry = replace(entry, turns=entry.turns[:turns], gold=entry.gold[:turns])
     used = {c.split("(")[0] for turn in entry.gold for c in turn}
     full = to_task(entry)
     unused = tuple(t["function"]["name"] for t in full.tools if t["function"]["name"] not in used)
     return to_task(replace(entry, excluded=entry.excluded + unused))
+
+
+@pytest.fixture(scope="module")
+def small_task() -> Task:
+    """A real two-turn BFCL task declaring only the functions its gold calls (a short prompt: seconds on CPU)."""
+    return short_bfcl_task("multi_turn_base_0", 2)

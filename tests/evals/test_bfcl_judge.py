@@ -1,18 +1,23 @@
 """evals.bfcl.judge end to end on the tiny random model: the machinery runs under two policies,
-and the gold calls replayed as the model's answer pass every turn (a check of the judge)."""
+the gold calls replayed as the model's answer pass every turn (a check of the judge), and jobs
+judged in batches (their replies decoded together) give the one-at-a-time judgement."""
 
 from __future__ import annotations
 
+import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
+from engine.schedule import parse_schedule
 from evals.bfcl import GoldResponder, JudgeConfig, judge, judge_task, summarize
 from evals.bfcl.data import read_entries, to_task
 from evals.bfcl.judge import EngineResponder
 from evals.bfcl.report import table
 from evals.cache.evaluator import PolicySpec
 from evals.errors import AKVError, TaskError
+from tests.evals.conftest import short_bfcl_task
 
 DROP_ALL = PolicySpec("rolling_drop", {"keep_tool_responses": 0, "target": "both"}, label="drop_all")
 
@@ -154,3 +159,132 @@ def test_the_responder_requires_a_call_only_on_a_turn_s_first_reply(mode, expect
 def test_an_unknown_tool_choice_is_refused_with_its_value():
     with pytest.raises(ValueError, match="'none'"):
         JudgeConfig(tool_choice="none")
+
+
+# ---------------------------------------------------------------- batched judgement (judge's batch_size)
+
+POLICIES = [PolicySpec("full"), PolicySpec("rolling_drop", {"keep_tool_responses": 1}, label="rolling_1"), DROP_ALL]
+
+
+def _rows(results):
+    """The judgements without their wall time (which batching changes)."""
+    return [{k: v for k, v in r.to_row().items() if k != "seconds"} for r in results]
+
+
+class _Replies:
+    """Records every reply the engine writes with its request (messages and schedule): ``alone``
+    (``chat``) and ``batched`` (``generate_many``, one round of ``rounds`` each)."""
+
+    def __init__(self, engine, monkeypatch) -> None:
+        self.alone: list[tuple[str, str]] = []
+        self.batched: list[tuple[str, str]] = []
+        self.rounds: list[int] = []
+        chat, many = engine.chat, engine.generate_many
+
+        def key(messages, schedule) -> str:
+            return json.dumps([list(messages), parse_schedule(schedule).to_wire()])
+
+        def record_chat(messages, schedule=None, **options):
+            out = chat(messages, schedule, **options)
+            self.alone.append((key(messages, schedule), out.text))
+            return out
+
+        def record_many(requests, batch_size=8):
+            out = many(requests, batch_size)
+            self.rounds.append(len(requests))
+            self.batched += [(key(r.messages, r.schedule), o.text) for r, o in zip(requests, out)]
+            return out
+
+        monkeypatch.setattr(engine, "chat", record_chat)
+        monkeypatch.setattr(engine, "generate_many", record_many)
+
+
+def test_batched_judgement_equals_the_one_at_a_time_judgement(engine, small_task, monkeypatch):
+    """2 tasks of 2 and 3 turns x 3 policies, 4 jobs in flight: jobs end at different rounds and the
+    next ones start then. ``required``: each turn's first reply decoded under its task's tools'
+    grammar (per sequence in a batch). float32: the greedy tokens of a batched step equal the
+    sequential ones exactly (tests/engine/test_batch_generate.py), so every reply and verdict does.
+    Alone, most of its time is llguidance's view of the tokenizer (built once per process, and then
+    test_bfcl_live's server test does not build it again)."""
+    tasks = [small_task, short_bfcl_task("multi_turn_base_1", 3)]
+    config = JudgeConfig(max_steps=2, max_tokens=8, tool_choice="required")
+    replies = _Replies(engine, monkeypatch)
+    with engine.scratch_cache():
+        alone = judge(engine, tasks, POLICIES, config, batch_size=1)
+    with engine.scratch_cache():
+        batched = judge(engine, tasks, POLICIES, config, batch_size=4)
+    assert [(r.task_id, r.policy) for r in batched] == [(t.id, p.display) for t in tasks for p in POLICIES]
+    assert _rows(batched) == _rows(alone) and all(r.ok for r in batched)
+    assert {r.turns[-1].dropped_messages for r in batched} > {0}  # the drops change the contexts
+    assert sorted(replies.batched) == sorted(replies.alone) and len({t for _, t in replies.alone}) > 1
+    assert len(replies.alone) == 15 and replies.rounds == [4, 4, 3, 2, 2]  # new jobs start as others end
+
+
+def test_a_batched_rerun_takes_logged_results_without_judging_them(engine, small_task, tmp_path, monkeypatch):
+    from evals.bfcl.store import ResultLog
+
+    path, config, seen = tmp_path / "out.json.partial.jsonl", JudgeConfig(max_steps=1, max_tokens=2), []
+    first = judge(engine, [small_task], POLICIES[:1], config, log=ResultLog(path, {"model": "m"}), batch_size=1)
+    replies = _Replies(engine, monkeypatch)
+    again = judge(engine, [small_task], POLICIES, config, on_result=seen.append, log=ResultLog(path, {"model": "m"}))
+    assert again[0].to_row() == first[0].to_row() == seen[0].to_row() and len(seen) == 3  # seconds too: not judged
+    assert not replies.alone and sum(replies.rounds) == 4  # two policies' two turns, nothing for the logged one
+    assert len(ResultLog(path, {"model": "m"})) == 3
+
+
+def test_a_request_that_fails_to_prepare_fails_only_its_job(small_task):
+    """A window of 1050 positions: ``small_task``'s second turn (1108 positions) is refused when its
+    request is prepared; the other task's job in the same rounds (at most 961) is judged."""
+    from engine import Engine
+    from tests.conftest import get_engine
+
+    base = get_engine("tiny-random")
+    narrow = Engine(base.model, base.tokenizer, "chatml", name=base.name, max_context=1050)
+    tasks, config = [small_task, short_bfcl_task("multi_turn_base_1", 2)], JudgeConfig(max_steps=1, max_tokens=2)
+    batched = judge(narrow, tasks, POLICIES[:1], config)
+    assert [r.ok for r in batched] == [False, True] and len(batched[1].turns) == 2
+    assert batched[0].error.startswith("ContextLengthError: the prompt reaches position 1108")
+    assert _rows(batched) == _rows(judge(narrow, tasks, POLICIES[:1], config, batch_size=1))
+
+
+def test_a_batch_the_engine_refuses_is_answered_one_at_a_time(engine, small_task, monkeypatch):
+    def refuse(requests, batch_size=8):
+        raise AKVError("the batch failed")
+
+    config = JudgeConfig(max_steps=1, max_tokens=2)
+    want = judge(engine, [small_task], POLICIES[:2], config, batch_size=1)
+    monkeypatch.setattr(engine, "generate_many", refuse)
+    assert _rows(judge(engine, [small_task], POLICIES[:2], config)) == _rows(want)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        judge(engine, [small_task], POLICIES[:1], config, batch_size=0)
+
+
+def test_akv_eval_on_a_bfcl_suite_loads_its_weights_and_batches_by_default(engine, small_task, tmp_path, monkeypatch,
+                                                                           capsys):
+    """The command's wiring (the model and the judge stubbed: the gold calls answer): ``--weights``
+    reaches the engine, the partial log's header and the results; ``--batch`` (default 8) reaches
+    the judge and the results, not the header; ``--batch 0`` is one line."""
+    from engine.engine import Engine
+    from rsi.cli import main
+
+    loads, calls = [], []
+
+    def gold_judge(eng, tasks, specs, config, **kw):
+        calls.append((kw["batch_size"], kw["log"].header))
+        return judge(eng, tasks, specs, config, responder=GoldResponder(tasks[0]), **kw)
+
+    monkeypatch.setattr("evals.bfcl.cli.load_tasks", lambda *a: SimpleNamespace(tasks=[small_task], split="train"))
+    monkeypatch.setattr(Engine, "from_pretrained", classmethod(lambda cls, name, **kw: loads.append(kw) or engine))
+    monkeypatch.setattr("evals.bfcl.cli.judge", gold_judge)
+    out = tmp_path / "r.json"
+    argv = ["eval", "--suite", "bfcl-base", "--limit", "1", "--model", "tiny-random", "--policy", "full",
+            "--weights", "gguf", "--out", str(out)]
+    assert main(argv) == 0 and main([*argv, "--batch", "1", "--force"]) == 0
+    assert [kw["weights"] for kw in loads] == ["gguf", "gguf"]
+    assert [b for b, _ in calls] == [8, 1] and calls[0][1] == calls[1][1] and calls[0][1]["weights"] == "gguf"
+    result = json.loads(out.read_text())
+    assert (result["weights"], result["batch"], result["policies"][0]["task_accuracy"]["rate"]) == ("gguf", 1, 1.0)
+    capsys.readouterr()
+    assert main([*argv, "--batch", "0", "--force"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--batch must be an integer >= 1, got 0" in err and len(err.splitlines()) == 1, err
