@@ -635,6 +635,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tool-choice", default="auto", choices=["auto", "required"],
                    help="BFCL suites: 'required' makes each turn's first reply a call of a declared tool "
                         "(decoded under the tools' grammar), later replies 'auto'; 'auto' (default): prose allowed")
+    e.add_argument("--turns", default="all", choices=["all", "evidence"],
+                   help="BFCL suites: the turns the model answers: all (default), or only those with evidence among "
+                        "the earlier outputs, on the tasks that have such a turn (the drop_evidence / drop_other "
+                        "comparison at a fraction of the cost; --limit and --offset then count those tasks)")
     e.add_argument("--batch", type=int, default=None, metavar="N",
                    help="BFCL suites: (policy, task) jobs judged at once, their replies decoded in shared steps "
                         "(default: 8; 1: one at a time, as before); not part of the run's identity, so a rerun with "

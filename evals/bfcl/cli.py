@@ -29,8 +29,9 @@ from evals.bfcl.evidence import turn_evidence
 from evals.bfcl.judge import JudgeConfig, judge
 from evals.bfcl.report import summarize, table
 from evals.bfcl.store import ResultLog
-from evals.cache.cli import fill_eval_defaults, load_tasks, policy_specs, read_program_file
+from evals.cache.cli import Selection, fill_eval_defaults, load_tasks, policy_specs, read_program_file
 from evals.cache.evaluator import CONTROLS, PolicySpec
+from evals.tasks import select_tasks
 
 JUDGE = (f"BFCL multi-turn checker (bfcl-eval=={BFCL_VERSION}: state_checker and response_checker per turn, "
          "gold history before each turn)")
@@ -71,11 +72,20 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
         raise AKVError(f"{out} exists: give another --out, or --force to overwrite it", field="out", value=str(out))
     program = read_program_file(args.program) if getattr(args, "program", None) and picked is None else None
     specs = policy_specs(args, params, picked, program)
-    selection = load_tasks(args.suite, args.split, args.limit, args.offset)
+    turns = getattr(args, "turns", "all")
+    if turns == "all":
+        selection = load_tasks(args.suite, args.split, args.limit, args.offset)
+    else:  # the tasks with a turn to answer, then --limit and --offset among them
+        every = load_tasks(args.suite, args.split)
+        having = [t for t in every.tasks if any(e.has_evidence for e in turn_evidence(t))]
+        if args.offset >= len(having):
+            raise AKVError(f"--offset {args.offset} leaves no task: {len(having)} tasks of {args.suite} "
+                           f"({every.split}) have a turn with evidence", field="offset", value=args.offset)
+        selection = Selection(select_tasks(having, args.limit, args.offset), every.split)
     dtype = getattr(args, "dtype", None) or "float32"
     weights = getattr(args, "weights", None) or "dense"
     engine = Engine.from_pretrained(args.model, template=args.template, dtype=getattr(torch, dtype), weights=weights)
-    config = JudgeConfig(tool_choice=getattr(args, "tool_choice", "auto"))
+    config = JudgeConfig(tool_choice=getattr(args, "tool_choice", "auto"), turns=turns)
     partial = out.with_name(out.name + ".partial.jsonl")
     if getattr(args, "force", False):
         partial.unlink(missing_ok=True)
@@ -95,14 +105,16 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     rows = summarize(results, [s.display for s in specs], evidence)
     for line in table(rows):
         print(line)
+    if config.turns != "all":
+        print(f"--turns {config.turns}: only those turns were answered, so 'task acc' is over them, not BFCL's "
+              "task accuracy")
     for row in rows:
         if row["failed"]:
             print(f"{row['policy']}: {row['failed']} of {row['tasks']} tasks failed (no score), "
                   f"e.g. {row['errors'][0]}")
     payload = {"suite": args.suite, "split": selection.split, "split_rule": SPLIT_RULE, "model": args.model,
                "dtype": dtype, "weights": weights, "template": engine.renderer.template.name, "judge": JUDGE,
-               "config": {"max_steps": config.max_steps, "max_tokens": config.max_tokens,
-                          "tool_choice": config.tool_choice}, "batch": batch,
+               "config": asdict(config), "batch": batch,
                "policies": rows, "tasks": [r.to_row() for r in results]}
     atomic_write(out, json.dumps(payload, indent=1, default=str).encode())
     partial.unlink()  # every result is in ``out`` now

@@ -43,6 +43,7 @@ from evals.bfcl.backends import Backends
 from evals.bfcl.calls import Call, parse_reply
 from evals.bfcl.controls import TurnControl
 from evals.bfcl.data import Entry, split_of
+from evals.bfcl.evidence import turn_evidence
 from evals.bfcl.judgement import JudgeConfig, TaskJudgement, TurnResult
 from evals.bfcl.responders import EngineResponder, ReplyAsk, Responder
 from evals.bfcl.store import ResultLog
@@ -181,8 +182,13 @@ def _turns(engine: ChatEngine, task: Task, entry: Entry, policy: Judged, config:
     gold_calls = entry.gold_calls(declared)
     state = entry.backends(declared)
     outputs: list[str] = []  # every output the conversation holds so far (BFCL's "all turns" list)
+    answered = None if config.turns == "all" else {e.turn for e in turn_evidence(task) if e.has_evidence}
     out = []
     for k, (cut, calls) in enumerate(zip(cuts, gold_calls)):
+        if answered is not None and k not in answered:  # not judged: the gold calls carry the state on
+            gold = state.copy()
+            state, outputs = gold, outputs + [e.output for e in gold.run(calls)]
+            continue
         decision = decisions.get(cut)
         if decision is not None and decision.messages is not None:
             context, schedule = [dict(m) for m in decision.messages], None

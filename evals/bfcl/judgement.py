@@ -60,19 +60,30 @@ class TaskJudgement:
                    row.get("seconds", 0.0), row.get("split_rule", ""))
 
 
+TURN_SETS = ("all", "evidence")
+"""Which turns a judgement answers (:class:`JudgeConfig` ``turns``)."""
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     """``max_steps``: replies per turn (BFCL allows 20); ``max_tokens``: tokens per reply;
-    ``tool_choice``: the engine's (:class:`evals.bfcl.responders.EngineResponder`). What a run asks,
+    ``tool_choice``: the engine's (:class:`evals.bfcl.responders.EngineResponder`); ``turns``: which
+    turns the model answers, ``all`` or ``evidence`` (only those with evidence among the earlier
+    outputs, :func:`evals.bfcl.evidence.turn_evidence`: the controls' comparison at a fraction of the
+    cost; the other turns' gold calls still carry the state, and a task then "passes" when its judged
+    turns do, which is not BFCL's task accuracy). What a run asks,
     so part of its identity (the result log's header); how many jobs are judged at once is not
     (:func:`evals.bfcl.judge.judge`'s ``batch_size``)."""
 
     max_steps: int = 5
     max_tokens: int = 256
     tool_choice: str = "auto"
+    turns: str = "all"
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_tokens < 1:
             raise ValueError(f"max_steps and max_tokens must be >= 1, got {self.max_steps}, {self.max_tokens}")
         if self.tool_choice not in ("auto", "required"):
             raise ValueError(f"tool_choice must be 'auto' or 'required', got {self.tool_choice!r}")
+        if self.turns not in TURN_SETS:
+            raise ValueError(f"turns must be one of {', '.join(TURN_SETS)}, got {self.turns!r}")

@@ -155,6 +155,27 @@ def test_the_judge_runs_the_controls_and_the_negative_controls_and_gold_passes_e
     assert [d.short for d in turn_drops("drop_other", turn_evidence(evidence_tasks[1]))] == [1]  # nothing else to drop
 
 
+def test_turns_evidence_answers_only_the_turns_with_evidence_and_gold_still_carries_the_state(engine, evidence_tasks):
+    """``JudgeConfig(turns="evidence")``: the responder is asked only on the turns with evidence, and
+    the turns skipped still run their gold calls (a later gold reply passes BFCL's state check only
+    on the state they left)."""
+    asked = []
+
+    class Recording(GoldResponder):
+        def reply(self, context, schedule, turn, step):
+            asked.append(turn)
+            return super().reply(context, schedule, turn, step)
+
+    for task in evidence_tasks:
+        asked.clear()
+        (r,) = judge(engine, [task], [PolicySpec("full")], JudgeConfig(turns="evidence"), responder=Recording(task))
+        wanted = [e.turn for e in turn_evidence(task) if e.has_evidence]
+        assert wanted and [t.turn for t in r.turns] == wanted and r.ok and r.passed, r.turns
+        assert sorted(set(asked)) == wanted
+    with pytest.raises(ValueError, match="turns must be one of all, evidence, got 'some'"):
+        JudgeConfig(turns="some")
+
+
 def test_the_engine_answers_under_a_control(engine, evidence_tasks):
     task = evidence_tasks[0]
     results = judge(engine, [task], [PolicySpec("drop_evidence"), PolicySpec("drop_other")],
