@@ -6,6 +6,8 @@ Per policy, over its judged tasks (a failed run, ``ok=False``, is counted apart 
 - task accuracy: the share of tasks whose every turn passes (BFCL's own measure);
 - retention: of the turns the full cache passes, the share this policy also passes (paired by
   task and turn; ``None`` when the results hold no full-cache run or it passes no turn);
+- ``vs_full``: turn accuracy minus the full cache's on the same turns, with turns gained and lost
+  and a 95% bootstrap interval over tasks (:func:`paired_difference`);
 - evidence turn accuracy (when the caller gives each task's turns with evidence,
   :func:`evals.bfcl.evidence.turn_evidence`): turn accuracy over those turns only, the turns where
   the ``drop_evidence`` and ``drop_other`` controls drop anything.
@@ -58,6 +60,29 @@ def clustered_rate(per_task: Sequence[Sequence[bool]], *, samples: int = SAMPLES
     return out
 
 
+def paired_difference(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement], *, samples: int = SAMPLES,
+                      seed: int = 0) -> dict[str, Any] | None:
+    """This policy's turn accuracy minus the full cache's on the same turns (both runs ``ok``,
+    paired by task and turn), with a 95% percentile bootstrap that resamples whole tasks (the share
+    of passed turns of the drawn tasks, each side). ``None`` when no turn pairs."""
+    theirs = {(r.task_id, t.turn): t.passed for r in full if r.ok for t in r.turns}
+    per_task = [[(t.passed, theirs[(r.task_id, t.turn)]) for t in r.turns if (r.task_id, t.turn) in theirs]
+                for r in results if r.ok]
+    per_task = [g for g in per_task if g]
+    if not per_task:
+        return None
+    mine = np.array([sum(a for a, _ in g) for g in per_task], dtype=float)
+    base = np.array([sum(b for _, b in g) for g in per_task], dtype=float)
+    sizes = np.array([len(g) for g in per_task], dtype=float)
+    diff = float((mine.sum() - base.sum()) / sizes.sum())
+    idx = np.random.default_rng(seed).integers(0, len(per_task), size=(samples, len(per_task)))
+    draws = (mine[idx].sum(axis=1) - base[idx].sum(axis=1)) / sizes[idx].sum(axis=1)
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return {"diff": diff, "ci95": [float(lo), float(hi)], "turns": int(sizes.sum()), "tasks": len(per_task),
+            "gained": int(sum(a and not b for g in per_task for a, b in g)),
+            "lost": int(sum(b and not a for g in per_task for a, b in g))}
+
+
 def _scores(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement],
             evidence: Mapping[str, Collection[int]] | None) -> dict[str, Any]:
     ok = [r for r in results if r.ok]
@@ -67,6 +92,7 @@ def _scores(results: Sequence[TaskJudgement], full: Sequence[TaskJudgement],
            "turn_accuracy": clustered_rate([[t.passed for t in r.turns] for r in ok]),
            "task_accuracy": _rate(sum(r.passed for r in ok), len(ok)),
            "retention": clustered_rate(kept) if full and any(kept) else None,
+           "vs_full": paired_difference(results, full) if full else None,
            "errors": sorted({r.error for r in results if r.error})[:5]}
     if evidence is not None:
         out["evidence_turn_accuracy"] = clustered_rate(
@@ -110,6 +136,12 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
             lines.append(f"{row['policy'][:28]:28s} {category[:26]:26s} {_cell(s['turn_accuracy'])} "
                          f"{_cell(s['task_accuracy'])} {_cell(s['retention'])} {s['turn_accuracy']['n']:6d} "
                          f"{s['tasks']:6d} {s['failed']:6d}")
+    for row in rows:
+        if row.get("vs_full"):
+            d = row["vs_full"]
+            lines.append(f"{row['policy'][:28]:28s} vs full on the same {d['turns']} turns: turn acc "
+                         f"{d['diff']:+.3f} [{d['ci95'][0]:+.2f}, {d['ci95'][1]:+.2f}], {d['lost']} lost, "
+                         f"{d['gained']} gained")
     for row in rows:
         if "evidence_turn_accuracy" in row:
             score = row["evidence_turn_accuracy"]

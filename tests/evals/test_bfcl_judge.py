@@ -81,6 +81,39 @@ def test_retention_pairs_turns_with_the_full_cache():
     assert rows[0]["retention"] is None  # the full cache against itself: no retention
 
 
+def test_the_paired_difference_with_the_full_cache_against_a_slow_reference():
+    """``vs_full``: the difference of passed shares on the turns both runs judged, and its bootstrap
+    interval against a loop over the same draws (seeded), written out by hand."""
+    import numpy as np
+
+    from evals.bfcl.judge import TaskJudgement, TurnResult
+    from evals.bfcl.report import paired_difference
+
+    def run(policy, task, passes, ok=True):
+        turns = tuple(TurnResult(i, p, "", (), (), 1, 0) for i, p in enumerate(passes))
+        return TaskJudgement(task, "multi_turn_base", "train", policy, ok, None if ok else "boom", turns if ok else ())
+
+    full = [run("full", "a", [True, True, False]), run("full", "b", [True, False]), run("full", "c", [False, True]),
+            run("full", "d", [True])]
+    mine = [run("p", "a", [True, False, True]), run("p", "b", [False, False]), run("p", "c", [False, True]),
+            run("p", "d", [True], ok=False)]  # d failed: not paired
+    d = paired_difference(mine, full, samples=500, seed=3)
+    assert d is not None and (d["turns"], d["tasks"], d["lost"], d["gained"]) == (7, 3, 2, 1)
+    assert d["diff"] == pytest.approx((3 - 4) / 7)
+    pairs = {"a": ([1, 0, 1], [1, 1, 0]), "b": ([0, 0], [1, 0]), "c": ([0, 1], [0, 1])}
+    draws = []
+    for row in np.random.default_rng(3).integers(0, 3, size=(500, 3)):
+        picked = [list(pairs)[i] for i in row]
+        draws.append((sum(sum(pairs[t][0]) for t in picked) - sum(sum(pairs[t][1]) for t in picked))
+                     / sum(len(pairs[t][0]) for t in picked))
+    assert d["ci95"] == pytest.approx(list(np.percentile(draws, [2.5, 97.5])), abs=1e-12)
+    same = paired_difference(full, full)
+    assert same is not None and same["diff"] == 0 and same["ci95"] == [0.0, 0.0]
+    assert paired_difference(mine, []) is None
+    rows = summarize([*full, *mine], ["full", "p"])
+    assert rows[0]["vs_full"] is None and rows[1]["vs_full"]["diff"] == pytest.approx(d["diff"])
+
+
 def test_non_bfcl_tasks_are_refused(engine, tasks):
     with pytest.raises(TaskError, match="not a BFCL task"):
         judge(engine, tasks[:1], [PolicySpec("full")])
