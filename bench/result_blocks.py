@@ -364,6 +364,46 @@ def bfcl(r: Results) -> str:
             + ". " + source(*BFCL_RUNS))
 
 
+BFCL_CALIBRATION = ("bfcl-base-train-calibration-qwen2.5-coder-1.5b.json",)
+"""Calibration and controls on BFCL's train split (``bench.bfcl_result`` stores each ``akv eval`` run)."""
+
+
+def _turn_words(diff_ci: Sequence[float]) -> str:
+    """A paired turn-accuracy difference in words that follow its interval."""
+    if diff_ci[1] < 0:
+        return "loses turns"
+    if diff_ci[0] > 0:
+        return "gains turns"
+    return "no difference shown (interval includes 0)"
+
+
+def bfcl_calibration(r: Results) -> str:
+    """BFCL on train with the judge model: per run and policy, turn and task accuracy, accuracy on the
+    turns with evidence, and the paired turn-accuracy difference with the full cache."""
+    def rate(x: Mapping[str, Any] | None) -> str:
+        return "-" if not x or x["ci95"] is None else f"{x['rate']:.3f} {ci(x['ci95'], '.2f')} (n={x['n']})"
+
+    rows, notes = [], []
+    for name in BFCL_CALIBRATION:
+        d = r(name)
+        config = need(d, "config")
+        turns = config.get("turns", "all")
+        for p in need(d, "policies"):
+            vs = p.get("vs_full")
+            rows.append([f"{d['suite']} {d['split']}", turns, p["policy"], rate(p["turn_accuracy"]),
+                         "-" if turns != "all" else rate(p["task_accuracy"]), rate(p.get("evidence_turn_accuracy")),
+                         "-" if not vs else f"{vs['diff']:+.3f} {ci(vs['ci95'], '+.2f')}, {vs['lost']} lost, "
+                                            f"{vs['gained']} gained",
+                         "-" if not vs else _turn_words(vs["ci95"])])
+        notes.append(f"{name}: {need(d, 'note')}; {d['model']} {d['dtype']} ({d.get('weights', 'dense')} weights), "
+                     f"tool_choice {config['tool_choice']}, at most {config['max_steps']} replies of "
+                     f"{config['max_tokens']} tokens a turn; wall {d.get('wall') or 'not recorded'}; turns missed, by "
+                     f"the checker's reason: {_misses(d)}.")
+    return (table(["suite", "turns answered", "policy", "turn accuracy [95% CI]", "task accuracy [95% CI]",
+                   "on turns with evidence [95% CI]", "turn accuracy vs full, same turns [95% CI]", "in words"], rows)
+            + "\n\n" + " ".join(notes) + " " + source(*BFCL_CALIBRATION))
+
+
 def qwen_gguf(r: Results) -> str:
     """The 1.5B model with decode weights in the GGUF's own bits against bfloat16, measured in one run."""
     name = "engine-qwen2.5-coder-1.5b-gguf.json"
@@ -555,6 +595,7 @@ BLOCKS: dict[str, Block] = {
     "transfer-judge": Block(("rejudge-mixed-qwen-judged1-qwen2.5-coder-1.5b-both.json",), rejudged),
     "transfer-live": Block(("live-qwen2.5-coder-1.5b-pages-end.json",), live),
     "transfer-bfcl": Block(BFCL_RUNS, bfcl),
+    "bfcl-calibration": Block(BFCL_CALIBRATION, bfcl_calibration),
     "serve-framework": Block(("framework-agent-qwen2.5-coder-1.5b-pages-end.json",), framework),
     "transfer-log": Block(("log-search-logs-default1-probe-check.json",), log_check),
     "speed": Block(("speed-summary.json", "engine-qwen2.5-coder-1.5b.json"), speed),
