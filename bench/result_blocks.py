@@ -34,13 +34,19 @@ def points(v: float) -> str:
     return f"{v:+.3f}"
 
 
+def sign_words(interval: Sequence[float], below: str, above: str) -> str:
+    """A paired difference in words that follow its interval: ``below`` when it lies under 0,
+    ``above`` when over, else that no difference is shown."""
+    if interval[1] < 0:
+        return below
+    if interval[0] > 0:
+        return above
+    return "no difference shown (interval includes 0)"
+
+
 def difference_words(cost_ci: Sequence[float]) -> str:
     """A paired cost difference in words that follow its interval."""
-    if cost_ci[1] < 0:
-        return "cheaper"
-    if cost_ci[0] > 0:
-        return "more expensive"
-    return "no difference shown (interval includes 0)"
+    return sign_words(cost_ci, "cheaper", "more expensive")
 
 
 NON_INFERIOR = -0.05
@@ -368,15 +374,6 @@ BFCL_CALIBRATION = ("bfcl-base-train-calibration-qwen2.5-coder-1.5b.json",)
 """Calibration and controls on BFCL's train split (``bench.bfcl_result`` stores each ``akv eval`` run)."""
 
 
-def _turn_words(diff_ci: Sequence[float]) -> str:
-    """A paired turn-accuracy difference in words that follow its interval."""
-    if diff_ci[1] < 0:
-        return "loses turns"
-    if diff_ci[0] > 0:
-        return "gains turns"
-    return "no difference shown (interval includes 0)"
-
-
 def bfcl_calibration(r: Results) -> str:
     """BFCL on train with the judge model: per run and policy, turn and task accuracy, accuracy on the
     turns with evidence, and the paired turn-accuracy difference with the full cache."""
@@ -394,7 +391,7 @@ def bfcl_calibration(r: Results) -> str:
                          "-" if turns != "all" else rate(p["task_accuracy"]), rate(p.get("evidence_turn_accuracy")),
                          "-" if not vs else f"{vs['diff']:+.3f} {ci(vs['ci95'], '+.2f')}, {vs['lost']} lost, "
                                             f"{vs['gained']} gained",
-                         "-" if not vs else _turn_words(vs["ci95"])])
+                         "-" if not vs else sign_words(vs["ci95"], "loses turns", "gains turns")])
         notes.append(f"{name}: {need(d, 'note')}; {d['model']} {d['dtype']} ({d.get('weights', 'dense')} weights), "
                      f"tool_choice {config['tool_choice']}, at most {config['max_steps']} replies of "
                      f"{config['max_tokens']} tokens a turn; wall {d.get('wall') or 'not recorded'}; turns missed, by "
