@@ -17,9 +17,9 @@ def _row(task_id: str, policy: str, passes: list[bool]) -> dict:
 
 
 def test_a_bfcl_run_is_stored_with_its_provenance_and_its_rows_summarized_again(tmp_path):
-    task = next(t for t in load_bfcl_suite("bfcl-base", "train") if any(e.has_evidence for e in turn_evidence(t)))
+    task = next(t for t in load_bfcl_suite("bfcl-base", "heldout") if any(e.has_evidence for e in turn_evidence(t)))
     n = len(task.meta["bfcl"]["turn_starts"])
-    run = {"suite": "bfcl-base", "split": "train", "model": "m", "dtype": "bfloat16", "judge": "BFCL's checker",
+    run = {"suite": "bfcl-base", "split": "heldout", "model": "m", "dtype": "bfloat16", "judge": "BFCL's checker",
            "config": {"tool_choice": "required"}, "policies": [{"policy": "full"}, {"policy": "keep0"}],
            "tasks": [_row(task.id, "full", [True] * n), _row(task.id, "keep0", [False] + [True] * (n - 1))]}
     src, out = tmp_path / "run.json", tmp_path / "stored.json"
