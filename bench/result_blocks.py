@@ -370,7 +370,8 @@ def bfcl(r: Results) -> str:
             + ". " + source(*BFCL_RUNS))
 
 
-BFCL_CALIBRATION = ("bfcl-base-train-calibration-qwen2.5-coder-1.5b.json",)
+BFCL_CALIBRATION = ("bfcl-base-train-calibration-qwen2.5-coder-1.5b.json",
+                    "bfcl-base-train-evidence-qwen2.5-coder-1.5b.json")
 """Calibration and controls on BFCL's train split (``bench.bfcl_result`` stores each ``akv eval`` run)."""
 
 
