@@ -64,7 +64,8 @@ def test_the_model_under_two_policies_gives_accuracy_with_intervals(engine, smal
         assert row["turn_accuracy"]["n"] == 2 and row["task_accuracy"]["n"] == 1
         assert set(row["per_category"]) == {"multi_turn_base"}
     assert all(r.split_rule and r.to_row()["split"] == small_task.split for r in results)
-    assert len(table(rows)) == 3
+    lines = table(rows)  # the header, one row per policy, then drop_all against the full cache
+    assert len(lines) == 4 and "drop_all" in lines[3] and "vs full on the same 2 turns" in lines[3]
 
 
 def test_retention_pairs_turns_with_the_full_cache():
