@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench import write_result
 from evals.bfcl.data import load_bfcl_suite
-from evals.bfcl.evidence import turn_evidence
+from evals.bfcl.evidence import evidence_turns
 from evals.bfcl.judgement import TaskJudgement
 from evals.bfcl.report import summarize
 from rsi.provenance import Provenance
@@ -57,8 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             measures=MEASURES, unknown=("load_average_start",))
     results = [TaskJudgement.from_row(row) for row in data["tasks"]]
     judged = {r.task_id for r in results}
-    evidence = {t.id: [e.turn for e in turn_evidence(t) if e.has_evidence]
-                for t in load_bfcl_suite(data["suite"], data.get("split")) if t.id in judged}
+    evidence = {t.id: evidence_turns(t) for t in load_bfcl_suite(data["suite"], data.get("split")) if t.id in judged}
     rows = summarize(results, [row["policy"] for row in data["policies"]], evidence)
     write_result(args.out, {**data, "policies": rows, "note": args.note, "wall": args.wall}, measures=MEASURES,
                  provenance=provenance)

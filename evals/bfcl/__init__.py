@@ -26,7 +26,7 @@ from evals.bfcl.backends import Backends, Executed
 from evals.bfcl.calls import Call, ParsedCalls, Refused, parse_python_calls, parse_reply
 from evals.bfcl.controls import TurnControl, TurnDrops, turn_drops
 from evals.bfcl.data import BFCL_VERSION, INSTALL_COMMAND, SPLIT_RULE, SUITES, Entry, load_bfcl_suite, split_of
-from evals.bfcl.evidence import TurnEvidence, ValueMatch, as_probe_task, turn_evidence
+from evals.bfcl.evidence import TurnEvidence, ValueMatch, as_probe_task, evidence_turns, turn_evidence
 from evals.bfcl.export import export_episodes
 from evals.bfcl.headroom import SuiteHeadroom, keep_evidence_schedule, suite_headroom
 from evals.bfcl.judge import judge, judge_task
@@ -60,6 +60,7 @@ __all__ = [
     "TurnResult",
     "ValueMatch",
     "as_probe_task",
+    "evidence_turns",
     "export_episodes",
     "judge",
     "judge_task",

@@ -25,7 +25,7 @@ from engine.decode import GENERATE_BATCH
 from engine.errors import AKVError
 from engine.files import atomic_write
 from evals.bfcl.data import BFCL_VERSION, SPLIT_RULE
-from evals.bfcl.evidence import turn_evidence
+from evals.bfcl.evidence import evidence_turns
 from evals.bfcl.judge import JudgeConfig, judge
 from evals.bfcl.report import summarize, table
 from evals.bfcl.store import ResultLog
@@ -77,7 +77,7 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
         selection = load_tasks(args.suite, args.split, args.limit, args.offset)
     else:  # the tasks with a turn to answer, then --limit and --offset among them
         every = load_tasks(args.suite, args.split)
-        having = [t for t in every.tasks if any(e.has_evidence for e in turn_evidence(t))]
+        having = [t for t in every.tasks if evidence_turns(t)]
         if args.offset >= len(having):
             raise AKVError(f"--offset {args.offset} leaves no task: {len(having)} tasks of {args.suite} "
                            f"({every.split}) have a turn with evidence", field="offset", value=args.offset)
@@ -101,7 +101,7 @@ def run_bfcl_eval(args: argparse.Namespace, params: dict[str, Any], picked: Poli
     results = judge(engine, selection.tasks, specs, config, on_result=lambda r: bar.update(1), log=log,
                     batch_size=batch)
     bar.close()
-    evidence = {t.id: [e.turn for e in turn_evidence(t) if e.has_evidence] for t in selection.tasks}
+    evidence = {t.id: evidence_turns(t) for t in selection.tasks}
     rows = summarize(results, [s.display for s in specs], evidence)
     for line in table(rows):
         print(line)

@@ -184,6 +184,16 @@ def turn_evidence(task: Task) -> list[TurnEvidence]:
     return out
 
 
+def evidence_turns(task: Task) -> tuple[int, ...]:
+    """The turns of a BFCL task that have evidence (:func:`turn_evidence`), in turn order: the turns
+    ``--turns evidence`` answers and the report scores apart.
+
+    Raises:
+        TaskError: ``task`` is not a BFCL task.
+    """
+    return tuple(t.turn for t in turn_evidence(task) if t.has_evidence)
+
+
 def turn_probes(evidence: Sequence[TurnEvidence]) -> tuple[Probe, ...]:
     """One probe per matched value of every turn with evidence, asked after the turn's question
     (``after_message = cut - 1``), its answer the value and its evidence the outputs that hold it.

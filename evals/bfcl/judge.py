@@ -43,7 +43,7 @@ from evals.bfcl.backends import Backends
 from evals.bfcl.calls import Call, parse_reply
 from evals.bfcl.controls import TurnControl
 from evals.bfcl.data import Entry, split_of
-from evals.bfcl.evidence import turn_evidence
+from evals.bfcl.evidence import evidence_turns
 from evals.bfcl.judgement import JudgeConfig, TaskJudgement, TurnResult
 from evals.bfcl.responders import EngineResponder, ReplyAsk, Responder
 from evals.bfcl.store import ResultLog
@@ -182,7 +182,7 @@ def _turns(engine: ChatEngine, task: Task, entry: Entry, policy: Judged, config:
     gold_calls = entry.gold_calls(declared)
     state = entry.backends(declared)
     outputs: list[str] = []  # every output the conversation holds so far (BFCL's "all turns" list)
-    answered = None if config.turns == "all" else {e.turn for e in turn_evidence(task) if e.has_evidence}
+    answered = None if config.turns == "all" else set(evidence_turns(task))
     out = []
     for k, (cut, calls) in enumerate(zip(cuts, gold_calls)):
         if answered is not None and k not in answered:  # not judged: the gold calls carry the state on

@@ -504,10 +504,10 @@ def live_cli(args: Any, params: Mapping[str, Any], picked: PolicySpec | None = N
     def where(base: str | None, label: str) -> Path | None:  # one policy: the directory; several: one below it
         return None if base is None else Path(base) / label if several else Path(base)
 
-    reach_endpoint(args.endpoint, api_key=settings().client_api_key)
+    api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
+    reach_endpoint(args.endpoint, api_key=api_key)
     tasks = select_suite(args.suite, args.split, args.limit)
     reference = getattr(args, "reference", None)
-    api_key = settings().client_api_key  # AKV_API_KEY: never a command-line argument (it would show in ps)
     with RemoteEngine(args.endpoint, args.model, template=args.template, served_model=args.served_model,
                       api_key=api_key) as engine:
         engine.akv_extensions  # noqa: B018 -- reach the endpoint once before any episode (one error, not N)
