@@ -371,8 +371,25 @@ def bfcl(r: Results) -> str:
 
 
 BFCL_CALIBRATION = ("bfcl-base-train-calibration-qwen2.5-coder-1.5b.json",
-                    "bfcl-base-train-evidence-qwen2.5-coder-1.5b.json")
+                    "bfcl-base-train-evidence-qwen2.5-coder-1.5b.json",
+                    "bfcl-long-train-evidence-qwen2.5-coder-1.5b.json")
 """Calibration and controls on BFCL's train split (``bench.bfcl_result`` stores each ``akv eval`` run)."""
+
+
+def _same_turns(base: Mapping[str, Any], long: Mapping[str, Any], policy: str = "full") -> str:
+    """``policy``'s verdicts on the turns both runs judged, paired by task number and turn
+    (``multi_turn_base_N`` and ``multi_turn_long_context_N``: BFCL builds the long category from the base
+    tasks, the same questions over larger backend states)."""
+    def verdicts(data: Mapping[str, Any]) -> dict[tuple[str, int], bool]:
+        return {(t["task_id"].rsplit("_", 1)[1], turn["turn"]): bool(turn["passed"])
+                for t in need(data, "tasks") if t["policy"] == policy for turn in t["turns"]}
+
+    a, b = verdicts(base), verdicts(long)
+    keys = sorted(set(a) & set(b))
+    both = sum(a[k] and b[k] for k in keys)
+    return (f"On the {len(keys)} turns both {base['suite']} and {long['suite']} judged (same task number and "
+            f"turn), the {policy} cache passed {sum(a[k] for k in keys)} in {base['suite']} and "
+            f"{sum(b[k] for k in keys)} in {long['suite']} ({both} in both).")
 
 
 def bfcl_calibration(r: Results) -> str:
@@ -399,7 +416,8 @@ def bfcl_calibration(r: Results) -> str:
                      f"the checker's reason: {_misses(d)}.")
     return (table(["suite", "turns answered", "policy", "turn accuracy [95% CI]", "task accuracy [95% CI]",
                    "on turns with evidence [95% CI]", "turn accuracy vs full, same turns [95% CI]", "in words"], rows)
-            + "\n\n" + " ".join(notes) + " " + source(*BFCL_CALIBRATION))
+            + "\n\n" + " ".join(notes) + " " + _same_turns(r(BFCL_CALIBRATION[1]), r(BFCL_CALIBRATION[2])) + " "
+            + source(*BFCL_CALIBRATION))
 
 
 def qwen_gguf(r: Results) -> str:
@@ -462,6 +480,34 @@ def throughput(r: Results) -> str:
               "bandwidth of a plain copy (bytes read plus written) over the weight bytes a step reads, times the "
               "sequences, KV reads ignored: the memory-bound rate as an estimate, not a hard bound. "
             + "; ".join(goals) + ". " + source(*THROUGHPUT_RUNS))
+
+
+LIVE_THROUGHPUT = "live-throughput-qwen2.5-coder-1.5b.json"
+
+
+def live_throughput(r: Results) -> str:
+    """Live episodes per hour: ``akv live`` against ``akv serve`` per weight form and concurrency."""
+    data = r(LIVE_THROUGHPUT)
+    arms = need(data, "arms")
+    first = arms[0]
+    rows = []
+    for a in arms:
+        v = a.get("versus_first")
+        rows.append([f"{a['weights']}, {a['concurrency']} at once", str(a["episodes"]), f"{a['wall_s'] / 60:.1f}",
+                     f"{a['episodes_per_hour']:.1f}", _x(a["episodes_per_hour"] / first["episodes_per_hour"]),
+                     f"{a['pass_rate']:.3f} {ci(a['pass_ci95'], '.2f')}",
+                     "-" if not v else f"{v['answers_differ']} answers, {v['verdicts_differ']} verdicts, "
+                                       f"{v['turns_differ']} of {v['turns']} replies ({v['tokens_differ']} tokens)"])
+    g, w = need(data, "goal"), need(data, "workload")
+    verdict = {True: "met", False: "not met", None: "not measured"}[g["met"]]
+    best = "" if g["speedup"] is None else f", best {g['best_arm']} at {_x(g['speedup'])}"
+    return (table([f"{data['model']} ({data['dtype']}) decode weights, episodes in flight", "episodes", "wall (min)",
+                   "episodes per hour", "vs first", "pass [95% CI]", "differing from the first arm"], rows)
+            + f"\n\nPolicy {w['policy']}, `{w['suite']}` ({w['split']}, {w['limit']} tasks, at most {w['max_steps']} "
+              f"replies of {w['max_tokens']} tokens); each arm on a fresh server, the first arm the reference. Goal "
+              f"{g['target']}: {verdict}{best}" + (f" ({g['reason']})" if g["reason"] else "")
+            + f". Load average at start {need(data, 'load_average_start')[0]:.2f}. Command: `{data['command']}`. "
+            + source(LIVE_THROUGHPUT))
 
 
 def survival(r: Results) -> str:
@@ -601,6 +647,7 @@ BLOCKS: dict[str, Block] = {
     "fidelity-first": Block(("fidelity-validation-mixed.json",), first_fidelity),
     "throughput": Block(THROUGHPUT_RUNS, throughput),
     "qwen-gguf": Block(("engine-qwen2.5-coder-1.5b-gguf.json",), qwen_gguf),
+    "live-throughput": Block((LIVE_THROUGHPUT,), live_throughput),
     "survival": Block(("ablation-survival.json",), survival),
     "readme-bench": Block(("engine-gemma-3-270m.json", "engine-qwen2.5-coder-1.5b.json", "server-load.json",
                            "server-limits-gemma-3-270m.json", "eval-throughput.json", "ray-executor.json",
