@@ -50,11 +50,12 @@ def test_a_refused_snapshot_that_changed_the_tree_is_a_crash(tiny, monkeypatch):
         eng.tree.pool_used += 1  # what a loader that wrote before validating would leave behind
         raise SnapshotError("refused late", field="path", value=label)
 
+    seed = seeds("snapshot", tiny)[0]  # before the state is taken: building a seed prefills into the tree
     monkeypatch.setattr("engine.snapshot.warm", half_done)
     before = tree_state(tiny)
     try:
         with pytest.raises(Broken, match="changed the engine's tree"):
-            run("snapshot", seeds("snapshot", tiny)[0], engine=tiny)
+            run("snapshot", seed, engine=tiny)
     finally:
         tiny.tree.pool_used = before[1]
     assert fuzz_targets.tree_state(tiny) == before
