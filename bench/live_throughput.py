@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +34,7 @@ import httpx
 
 from bench import RESULTS, write_result
 from bench.engine_speed import machine_info
+from rsi.cache.executors.launcher import ServerProcess
 from rsi.rundir import read_json
 
 MEASURES = ["engine", "evals/cache"]
@@ -64,42 +63,23 @@ class Arm:
         return cls(weights, int(n))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
-def served(model: str, weights: str, *, dtype: str = "bfloat16", max_batch: int = 8,
-           log: Path | None = None) -> Iterator[str]:
-    """``akv serve`` of ``model`` in a child process, yielding its base URL once ``/health`` answers with
-    its intake up; stopped (SIGINT, then killed) on exit."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "rsi.cli", "serve", "--model", model, "--dtype", dtype, "--weights", weights,
-           "--port", str(port), "--max-batch", str(max_batch)]
-    with open(log or os.devnull, "ab") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=os.environ.copy())
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
+def served(model: str, weights: str, log: Path, *, dtype: str = "bfloat16", max_batch: int = 8) -> Iterator[str]:
+    """``akv serve`` of ``model`` as a :class:`rsi.cache.executors.launcher.ServerProcess` (output to
+    ``log``), yielding its base URL once ``/health`` answers and its intake child is up (so no arm's
+    timing includes that child's start); stopped on exit."""
+    command = (f"{{python}} -m rsi.cli serve --model {{model}} --dtype {dtype} --weights {weights} "
+               f"--host {{host}} --port {{port}} --max-batch {max_batch}")
+    with ServerProcess(command, model=model, log_path=log) as server:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError, ValueError):
-                health = httpx.get(base + "/health", timeout=2)
-                if health.status_code == 200 and health.json().get("intake") != "starting":
+                if httpx.get(server.base_url + "/health", timeout=2).json().get("intake") != "starting":
                     break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"akv serve --model {model} --weights {weights} did not start"
-                                   + (f" (its log: {log})" if log else ""))
             time.sleep(0.5)
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        else:
+            raise RuntimeError(f"akv serve --model {model} --weights {weights}: its intake did not start (log: {log})")
+        yield server.base_url
 
 
 def live_command(base: str, args: argparse.Namespace, arm: Arm, run_dir: Path, reference: Path | None) -> list[str]:
@@ -147,7 +127,7 @@ def run(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     first_dir: Path | None = None
     for arm in args.arms:
         run_dir = work / arm.label.replace(":", "-")
-        with served(args.model, arm.weights, log=work / f"serve-{arm.weights}-{arm.concurrency}.log") as base:
+        with served(args.model, arm.weights, work / f"serve-{arm.weights}-{arm.concurrency}.log") as base:
             cmd = live_command(base, args, arm, run_dir, first_dir)
             print(f"{arm.label}: {' '.join(cmd[1:])}", flush=True)
             t0 = time.perf_counter()
